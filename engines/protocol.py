@@ -1,0 +1,122 @@
+"""The agent protocol: how a model turn names a tool, and how turns are framed.
+
+This is the contract between the environment (which executes actions), the agent
+loop (which parses model text into actions) and the trainer (which renders oracle
+demonstrations for SFT). It is deliberately small so a tiny model can learn it.
+
+A conversation is a sequence of turns framed by special tokens:
+
+    <|user|>PROBLEM<|end|><|assistant|>ACTION<|end|><|tool|>OBSERVATION<|end|><|assistant|>...
+
+The model produces ACTION text and stops at `<|end|>`. An ACTION is a first line
+naming the tool and its arguments, then an optional body:
+
+    view PATH [START END]     show numbered lines of a file
+    edit PATH LINE            replace line LINE (1-based) with the body's lines
+    <replacement line(s)>
+    replace PATH              str_replace: body is OLD, a line '=====', then NEW
+    <old text>
+    =====
+    <new text>
+    bash                      run the body as a shell command in the sandbox
+    <command>
+    test                      run the task's visible tests
+    submit                    end the episode; the environment takes the diff
+
+Text that does not parse is not a crash: `parse_action` returns an `InvalidAction`
+whose message becomes the observation, and the episode goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# Special tokens (added to every tokenizer this project trains).
+PAD = "<|pad|>"
+USER = "<|user|>"
+ASSISTANT = "<|assistant|>"
+TOOL = "<|tool|>"
+END = "<|end|>"
+SPECIAL_TOKENS = [PAD, USER, ASSISTANT, TOOL, END]
+
+Role = Literal["user", "assistant", "tool"]
+ROLE_TOKEN: dict[str, str] = {"user": USER, "assistant": ASSISTANT, "tool": TOOL}
+
+# Jinja chat template equivalent to `render_messages`, stored in tokenizer_config.json
+# so transformers and vLLM render conversations the same way.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+REPLACE_SEPARATOR = "====="
+TOOLS = ("view", "edit", "replace", "bash", "test", "submit")
+
+
+@dataclass(frozen=True)
+class Action:
+    tool: Literal["view", "edit", "replace", "bash", "test", "submit"]
+    path: str | None = None
+    line: int | None = None  # edit: 1-based line; view: start line
+    end_line: int | None = None  # view: last line shown
+    body: str = ""  # edit: replacement; bash: command
+    old: str = ""  # replace
+    new: str = ""  # replace
+
+
+@dataclass(frozen=True)
+class InvalidAction:
+    message: str  # shown to the model as the observation
+
+
+def parse_action(text: str) -> Action | InvalidAction:
+    """Parse one model turn (without the trailing `<|end|>`)."""
+    head, _, body = text.strip("\n").partition("\n")
+    words = head.split()
+    if not words:
+        return InvalidAction(f"empty action; start with one of: {', '.join(TOOLS)}")
+    tool, args = words[0], words[1:]
+    if tool not in TOOLS:
+        return InvalidAction(f"unknown tool {tool!r}; use one of: {', '.join(TOOLS)}")
+    if tool in ("test", "submit"):
+        return Action(tool)
+    if tool == "bash":
+        command = body or " ".join(args)
+        return Action("bash", body=command) if command.strip() else InvalidAction("bash: give a command")
+    if not args:
+        return InvalidAction(f"{tool}: give a file path")
+    path = args[0]
+    if tool == "view":
+        if len(args) == 3 and args[1].isdigit() and args[2].isdigit():
+            return Action("view", path=path, line=int(args[1]), end_line=int(args[2]))
+        return Action("view", path=path) if len(args) == 1 else InvalidAction("usage: view PATH [START END]")
+    if tool == "edit":
+        if len(args) != 2 or not args[1].isdigit() or int(args[1]) < 1:
+            return InvalidAction("usage: edit PATH LINE, then the new line(s) below")
+        return Action("edit", path=path, line=int(args[1]), body=body)
+    # replace
+    old, sep, new = body.partition("\n" + REPLACE_SEPARATOR + "\n")
+    if not sep:
+        return InvalidAction(f"replace: separate old and new text with a line '{REPLACE_SEPARATOR}'")
+    return Action("replace", path=path, old=old, new=new)
+
+
+def render_action(action: Action) -> str:
+    """Inverse of `parse_action`: the canonical text of an action (oracle demonstrations)."""
+    if action.tool in ("test", "submit"):
+        return action.tool
+    if action.tool == "bash":
+        return f"bash\n{action.body}"
+    if action.tool == "view":
+        rng = f" {action.line} {action.end_line}" if action.line is not None else ""
+        return f"view {action.path}{rng}"
+    if action.tool == "edit":
+        return f"edit {action.path} {action.line}\n{action.body}"
+    return f"replace {action.path}\n{action.old}\n{REPLACE_SEPARATOR}\n{action.new}"
+
+
+def render_messages(messages: list[dict[str, str]], add_generation_prompt: bool = False) -> str:
+    """Python twin of CHAT_TEMPLATE (tested to agree with the Jinja version)."""
+    text = "".join(f"{ROLE_TOKEN[m['role']]}{m['content']}{END}" for m in messages)
+    return text + (ASSISTANT if add_generation_prompt else "")

@@ -1,0 +1,1 @@
+"""Prefect flows that compose tasks, run configuration, and the `tandem` CLI."""

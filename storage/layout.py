@@ -1,0 +1,64 @@
+"""Paths inside a lake root. One place, so every writer and reader agrees.
+
+    <root>/<run>/rollouts/step=<n>/<shard>.parquet   one row per episode
+    <root>/<run>/steps/step=<n>/metrics.parquet      one row per training step
+    <root>/<run>/tasks/<name>.parquet                the task corpus the run used
+    <root>/<run>/checkpoints/version=<v>/record.parquet   one row per weight version
+    <root>/<run>/weights/v<v>/                       the weights a record points to
+"""
+
+from __future__ import annotations
+
+import re
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def check_name(kind: str, name: str) -> str:
+    """Run and shard names become path parts: keep them to a safe alphabet."""
+    if not _NAME.match(name):
+        raise ValueError(
+            f"{kind} name {name!r} is not allowed: use letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit (at most 128 characters)"
+        )
+    return name
+
+
+def rollout_shard(run: str, step: int, shard: str) -> str:
+    return f"{check_name('run', run)}/rollouts/step={int(step)}/{check_name('shard', shard)}.parquet"
+
+
+def rollouts_dir(run: str) -> str:
+    return f"{check_name('run', run)}/rollouts"
+
+
+def step_dir(run: str, step: int) -> str:
+    return f"{rollouts_dir(run)}/step={int(step)}"
+
+
+def steps_file(run: str, step: int) -> str:
+    return f"{check_name('run', run)}/steps/step={int(step)}/metrics.parquet"
+
+
+def tasks_file(run: str, name: str = "corpus") -> str:
+    return f"{check_name('run', run)}/tasks/{check_name('corpus', name)}.parquet"
+
+
+def checkpoint_record(run: str, version: int) -> str:
+    return f"{check_name('run', run)}/checkpoints/version={int(version)}/record.parquet"
+
+
+def weights_dir(run: str, version: int) -> str:
+    return f"{check_name('run', run)}/weights/v{int(version)}"
+
+
+# Globs relative to the root, for one run or all runs; `*` never matches the
+# hidden `.name.tmp` files that an interrupted local write can leave behind.
+GLOBS = {
+    "rollouts": "{run}/rollouts/step=*/*.parquet",
+    "steps": "{run}/steps/step=*/metrics.parquet",
+    "tasks": "{run}/tasks/*.parquet",
+    "checkpoints": "{run}/checkpoints/version=*/record.parquet",
+}
+
+STEP_RE = re.compile(r"/step=(\d+)(?:/|$)")

@@ -1,0 +1,57 @@
+"""Parquet files in and out of a `Store`: atomic writes, checked reads."""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage.atomic import write_bytes_atomic
+from storage.errors import CorruptFileError
+from storage.fs import Store
+from storage.schema import check_version, conform
+
+# zstd: 3-5x smaller than snappy on token ids at similar decode speed.
+_WRITE_OPTS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True)
+
+
+def write_table(store: Store, relpath: str, table: pa.Table, kind: str) -> str:
+    """Conform `table` to the schema of `kind` and write it atomically to `relpath`."""
+    table = conform(table, kind)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, row_group_size=8192, **_WRITE_OPTS)
+    write_bytes_atomic(store, relpath, buf.getvalue())
+    return store.url(relpath)
+
+
+def read_table(store: Store, path: str) -> pa.Table:
+    """Read one file written by `write_table`; names the file on any failure."""
+    try:
+        data = store.call(f"read {path}", lambda: store.fs.cat_file(path))
+        table = pq.read_table(io.BytesIO(data))
+    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise CorruptFileError(
+            f"{_url(store, path)} is not a readable Parquet file ({exc}). "
+            "Delete it (its step can be regenerated) or restore it from a copy."
+        ) from exc
+    check_version(table.schema.metadata, _url(store, path))
+    return table
+
+
+def check_footer(store: Store, path: str) -> None:
+    """Read only the footer: cheap proof that a file is complete Parquet of a known version."""
+    try:
+        with store.fs.open(path, "rb") as f:
+            meta = pq.read_metadata(f)
+    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise CorruptFileError(f"{_url(store, path)} is not a readable Parquet file ({exc})") from exc
+    check_version(meta.metadata, _url(store, path))
+
+
+def _url(store: Store, path: str) -> str:
+    return path if store.protocol == "file" else f"{store.protocol}://{path}"

@@ -1,0 +1,165 @@
+"""Arrow schemas of the lake's four tables, and their version check.
+
+Every file carries `tandem.table` and `tandem.schema_version` in its Parquet
+metadata. Readers accept any version up to `SCHEMA_VERSION` and refuse newer ones,
+so an old install never misreads a newer run. Column meanings are in the field
+metadata (`doc`), visible to any Parquet tool.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from storage.errors import SchemaVersionError
+
+SCHEMA_VERSION = 1
+TABLE_KEY = b"tandem.table"
+VERSION_KEY = b"tandem.schema_version"
+
+_TS = pa.timestamp("us", tz="UTC")
+
+
+def _f(name: str, type_: pa.DataType, doc: str, nullable: bool = True) -> pa.Field:
+    return pa.field(name, type_, nullable=nullable, metadata={"doc": doc})
+
+
+def _schema(table: str, fields: list[pa.Field]) -> pa.Schema:
+    return pa.schema(fields, metadata={TABLE_KEY: table.encode(), VERSION_KEY: str(SCHEMA_VERSION).encode()})
+
+
+ROLLOUTS = _schema(
+    "rollouts",
+    [
+        _f("run_id", pa.string(), "run name", nullable=False),
+        _f("step", pa.int64(), "training step this episode feeds", nullable=False),
+        _f("policy_versions", pa.list_(pa.int64()), "weight version that generated each model turn"),
+        _f("min_policy_version", pa.int64(), "oldest version among policy_versions (staleness = step - this)"),
+        _f("task_id", pa.string(), "task instance id", nullable=False),
+        _f("group_id", pa.string(), "episodes sharing a group are compared for the advantage"),
+        _f("sample_index", pa.int32(), "index of this episode within its group"),
+        _f("env_name", pa.dictionary(pa.int32(), pa.string()), "environment that served the task"),
+        _f("prompt_ids", pa.list_(pa.int32()), "token ids of the first prompt"),
+        _f("completion_ids", pa.list_(pa.int32()), "every token after the prompt: model turns and observations"),
+        _f("loss_mask", pa.list_(pa.bool_()), "per completion token: true for model tokens, false for observations"),
+        _f("completion_logprobs", pa.list_(pa.float32()), "per completion token inference logprob (0 where masked)"),
+        _f("routed_experts", pa.large_binary(), "uint8/uint16 experts [tokens, layers, top_k], C order; null if not recorded"),
+        _f("routed_experts_shape", pa.list_(pa.int32(), 3), "[tokens, layers, top_k] of routed_experts"),
+        _f("num_prompt_tokens", pa.int32(), "len(prompt_ids)"),
+        _f("num_completion_tokens", pa.int32(), "len(completion_ids)"),
+        _f("reward", pa.float64(), "scalar reward from the grader"),
+        _f("advantage", pa.float64(), "group-relative advantage used for training"),
+        _f("resolved", pa.bool_(), "every FAIL_TO_PASS and PASS_TO_PASS test passed"),
+        _f("f2p_passed", pa.int32(), "FAIL_TO_PASS tests passing after the patch"),
+        _f("f2p_total", pa.int32(), "FAIL_TO_PASS tests of the task"),
+        _f("p2p_passed", pa.int32(), "PASS_TO_PASS tests passing after the patch"),
+        _f("p2p_total", pa.int32(), "PASS_TO_PASS tests of the task"),
+        _f("test_report", pa.string(), "JSON: test id -> status, from the grader"),
+        _f("num_turns", pa.int32(), "model turns in the episode"),
+        _f("finish_reason", pa.dictionary(pa.int32(), pa.string()), "submitted | max_turns | max_tokens | timeout | error"),
+        _f("generation_s", pa.float64(), "seconds spent generating"),
+        _f("grading_s", pa.float64(), "seconds spent grading"),
+        _f("infra_failure", pa.bool_(), "true when the harness failed (not the model); left out of group statistics"),
+        _f("infra_message", pa.string(), "what failed in the harness"),
+        _f("started_at", _TS, "episode start (UTC)"),
+        _f("finished_at", _TS, "episode end (UTC)"),
+        _f("conversation", pa.string(), "the rendered conversation, for humans"),
+    ],
+)
+
+STEPS = _schema(
+    "steps",
+    [
+        _f("run_id", pa.string(), "run name", nullable=False),
+        _f("step", pa.int64(), "training step", nullable=False),
+        _f("policy_version", pa.int64(), "weight version after this step"),
+        _f("num_episodes", pa.int64(), "episodes in the step's shard"),
+        _f("num_trained_episodes", pa.int64(), "episodes left after dropping zero-advantage groups"),
+        _f("reward_mean", pa.float64(), "mean reward of the step's episodes"),
+        _f("pass_rate", pa.float64(), "fraction of episodes resolved"),
+        _f("staleness_max", pa.int64(), "max over episodes of step - min_policy_version"),
+        _f("completion_tokens", pa.int64(), "completion tokens generated for the step"),
+        _f("trained_tokens", pa.int64(), "loss tokens in the optimizer step"),
+        _f("generation_s", pa.float64(), "wall seconds of the rollout for this step"),
+        _f("training_s", pa.float64(), "wall seconds of the optimizer step"),
+        _f("loss", pa.float64(), "RL loss"),
+        _f("mismatch_kl", pa.float64(), "KL(inference || trainer) on loss tokens"),
+        _f("masked_fraction", pa.float64(), "fraction of loss tokens masked by the ratio bounds"),
+        _f("entropy", pa.float64(), "mean token entropy of the trainer's policy"),
+        _f("grad_norm", pa.float64(), "gradient norm before clipping"),
+        _f("skipped", pa.bool_(), "true when the optimizer step was skipped (no tokens, NaN loss)"),
+        _f("extra", pa.map_(pa.string(), pa.float64()), "other metrics by name"),
+        _f("written_at", _TS, "when this row was written (UTC)"),
+    ],
+)
+
+TASKS = _schema(
+    "tasks",
+    [
+        _f("instance_id", pa.string(), "unique task id (SWE-bench instance_id)", nullable=False),
+        _f("repo", pa.string(), "project the task comes from, e.g. toolz"),
+        _f("version", pa.string(), "project version (sdist version)"),
+        _f("base_commit", pa.string(), "content hash of the base snapshot the patches apply to"),
+        _f("problem_statement", pa.string(), "what the agent is told"),
+        _f("patch", pa.string(), "gold patch (unified diff)"),
+        _f("test_patch", pa.string(), "patch adding or changing tests (may be empty)"),
+        _f("FAIL_TO_PASS", pa.list_(pa.string()), "tests that must go from failing to passing"),
+        _f("PASS_TO_PASS", pa.list_(pa.string()), "tests that must keep passing"),
+        _f("test_cmd", pa.string(), "command that runs the tests (test ids appended)"),
+        _f("log_parser", pa.string(), "SWE-bench log parser name that derived the test ids"),
+        _f("env_name", pa.string(), "micro | swe"),
+        _f("split", pa.string(), "train | heldout"),
+        _f("snapshot_uri", pa.string(), "where the base snapshot's files are"),
+        _f("metadata", pa.string(), "JSON: bug kind, mutated file and line, etc."),
+    ],
+)
+
+CHECKPOINTS = _schema(
+    "checkpoints",
+    [
+        _f("run_id", pa.string(), "run name", nullable=False),
+        _f("version", pa.int64(), "weight version (v = step + 1 after step s)", nullable=False),
+        _f("step", pa.int64(), "training step that produced it"),
+        _f("uri", pa.string(), "where the weights are"),
+        _f("format", pa.string(), "safetensors | safetensors-fp8 | accelerate-state"),
+        _f("created_at", _TS, "publication time (UTC)"),
+    ],
+)
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "rollouts": ROLLOUTS,
+    "steps": STEPS,
+    "tasks": TASKS,
+    "checkpoints": CHECKPOINTS,
+}
+
+
+def check_version(metadata: dict[bytes, bytes] | None, where: str) -> int:
+    """Return the schema version of a file; refuse versions newer than ours."""
+    raw = (metadata or {}).get(VERSION_KEY)
+    version = int(raw) if raw else 0
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{where} was written with schema version {version}, newer than this "
+            f"tandem-rl understands ({SCHEMA_VERSION}). Upgrade tandem-rl to read it."
+        )
+    return version
+
+
+def conform(table: pa.Table, kind: str) -> pa.Table:
+    """Cast `table` to the schema of `kind`, filling absent nullable columns with nulls.
+
+    Raises ValueError naming the columns that are unknown or required but absent.
+    """
+    schema = SCHEMAS[kind]
+    unknown = sorted(set(table.column_names) - set(schema.names))
+    if unknown:
+        raise ValueError(f"{kind}: unknown columns {unknown}; allowed: {schema.names}")
+    columns = []
+    for field in schema:
+        if field.name in table.column_names:
+            columns.append(table.column(field.name).cast(field.type))
+        elif field.nullable:
+            columns.append(pa.nulls(table.num_rows, field.type))
+        else:
+            raise ValueError(f"{kind}: required column {field.name!r} is missing")
+    return pa.Table.from_arrays(columns, schema=schema)

@@ -1,0 +1,1 @@
+"""Thin Prefect tasks over engines and storage: coarse units, retries on I/O only."""
