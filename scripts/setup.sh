@@ -20,6 +20,13 @@ python="${TANDEM_PYTHON:-python3.11}"
 command -v "$python" >/dev/null || python=python3
 mkdir -p "$cache/envs"
 
+# pip warns once per package about the machine's extra (local) index folders; keep
+# the log readable by dropping those lines, and keep pip's exit status.
+pip_in() {  # pip_in ENV_DIR ARGS...
+  local dir="$1"; shift
+  "$dir/bin/pip" "$@" 2> >(grep -vE "^WARNING: Location '" >&2)
+}
+
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 
 env_dir() {  # env_dir NAME PINFILE -> path keyed by pins + python version
@@ -34,12 +41,12 @@ build_env() {  # build_env DIR PINFILE [post-install command...]
   echo "[setup] building $(basename "$dir") (first time only; cached in $cache)"
   rm -rf "$dir"
   "$python" -m venv "$dir"
-  "$dir/bin/pip" install --quiet --upgrade pip
+  pip_in "$dir" install --quiet --upgrade pip
   # torch first and alone, pinned, so no resolver step can swap in another build.
   if grep -qE '^torch==' "$pins"; then
-    "$dir/bin/pip" install --quiet "$(grep -E '^torch==' "$pins")"
+    pip_in "$dir" install --quiet "$(grep -E '^torch==' "$pins")"
   fi
-  "$dir/bin/pip" install --quiet -r "$pins"
+  pip_in "$dir" install --quiet -r "$pins"
   if [ "$#" -gt 0 ]; then "$@"; fi
   touch "$dir/.complete"
 }
@@ -64,7 +71,9 @@ main_pins="$repo/requirements/main.txt"
 main_env="$(env_dir main "$main_pins")"
 build_env "$main_env" "$main_pins"
 # Editable install of this clone: fast, and redone every time so the env runs this clone.
-"$main_env/bin/pip" install --quiet --no-deps --no-build-isolation -e "$repo"
+if ! log=$("$main_env/bin/pip" install --quiet --no-deps --no-build-isolation -e "$repo" 2>&1); then
+  echo "$log" >&2; exit 1
+fi
 
 if [ "${TANDEM_SKIP_VLLM:-0}" != 1 ]; then
   if has_gpu; then vllm_pins="$repo/requirements/vllm-gpu.txt"; else vllm_pins="$repo/requirements/vllm-cpu.txt"; fi

@@ -1,0 +1,69 @@
+"""What a user sees of a run in the Prefect UI: a per-step table, reward and
+pass-rate curves as a picture, and a summary with a ready `tandem query`."""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: no display on servers and CI
+import matplotlib.pyplot as plt  # noqa: E402
+from prefect.artifacts import create_image_artifact, create_markdown_artifact, create_table_artifact  # noqa: E402
+
+STEP_COLUMNS = ["step", "policy_version", "reward_mean", "pass_rate", "staleness_max",
+                "completion_tokens", "generation_s", "training_s", "loss", "mismatch_kl"]
+
+
+def _slug(run: str) -> str:
+    # Artifact keys allow lowercase letters, digits and dashes only.
+    return "".join(c if c.isalnum() else "-" for c in run.lower()).strip("-")
+
+
+def curve_png(steps: list[dict[str, Any]]) -> bytes:
+    """Reward and pass rate per step, as PNG bytes."""
+    xs = [r["step"] for r in steps]
+    fig, ax = plt.subplots(figsize=(7, 3.5), dpi=100)
+    ax.plot(xs, [r.get("reward_mean") for r in steps], marker="o", ms=3, label="mean reward")
+    ax.plot(xs, [r.get("pass_rate") for r in steps], marker="s", ms=3, label="pass rate")
+    ax.set_xlabel("step")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def publish_step_artifacts(run: str, steps: list[dict[str, Any]]) -> None:
+    """Table of per-step metrics and the curve image (as a data URL, no file server needed)."""
+    key = _slug(run)
+    rows = [{c: _fmt(r.get(c)) for c in STEP_COLUMNS} for r in steps]
+    create_table_artifact(key=f"{key}-steps", table=rows, description=f"Per-step metrics of run {run}")
+    url = "data:image/png;base64," + base64.b64encode(curve_png(steps)).decode()
+    create_image_artifact(image_url=url, key=f"{key}-curve", description=f"Reward and pass rate of run {run}")
+
+
+def publish_summary(run: str, root: str, summary: dict[str, Any]) -> str:
+    """Markdown summary with the trajectory location and a query to start from."""
+    lines = [f"# Run `{run}`", "", "| metric | value |", "|---|---|"]
+    lines += [f"| {k} | {_fmt(v)} |" for k, v in summary.items()]
+    lines += [
+        "", f"Trajectories: `{root}/{run}/rollouts/` (Parquet, one row per episode).", "",
+        "```bash",
+        f"tandem query --root {root} --run {run} \\",
+        "  \"SELECT step, avg(reward) AS reward, avg(resolved::INT) AS pass_rate, "
+        "max(step - min_policy_version) AS staleness FROM rollouts GROUP BY step ORDER BY step\"",
+        "```",
+    ]
+    markdown = "\n".join(lines)
+    create_markdown_artifact(key=f"{_slug(run)}-summary", markdown=markdown, description=f"Summary of run {run}")
+    return markdown
+
+
+def _fmt(v: Any) -> Any:
+    return round(v, 4) if isinstance(v, float) else v
