@@ -1,0 +1,69 @@
+"""Group-relative advantages: reward minus the group's mean reward.
+
+Rules (tested in tests/engines/trainer/test_advantages.py):
+- Episodes with `infra_failure` are left out of their group's statistics and get no
+  advantage (NaN): the harness failed, not the model.
+- Optional std scaling divides by the group's reward standard deviation (population,
+  plus eps), as in GRPO.
+- A group whose advantages are all zero (every member got the same reward, or only
+  one member survived) carries no learning signal and is dropped before batching.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class GroupAdvantages:
+    advantage: np.ndarray  # float64 [episodes]; NaN for infra failures
+    keep: np.ndarray  # bool [episodes]; False: infra failure or zero-advantage group
+
+
+def group_advantages(
+    rewards: np.ndarray, group_ids: np.ndarray, infra_failure: np.ndarray | None = None, std_scale: bool = False
+) -> GroupAdvantages:
+    """Advantages over plain arrays (one entry per episode)."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    groups = np.asarray(group_ids, dtype=object)
+    failed = np.zeros(len(rewards), bool) if infra_failure is None else np.asarray(infra_failure, dtype=bool)
+    if np.isnan(rewards[~failed]).any():
+        bad = int(np.flatnonzero(np.isnan(rewards) & ~failed)[0])
+        raise ValueError(f"reward of episode {bad} is NaN but infra_failure is false: mark it as an infra failure")
+    advantage = np.full(len(rewards), np.nan)
+    keep = np.zeros(len(rewards), bool)
+    for g in dict.fromkeys(groups.tolist()):
+        members = np.flatnonzero((groups == g) & ~failed)
+        if len(members) == 0:
+            continue
+        r = rewards[members]
+        a = r - r.mean()
+        if std_scale:
+            a = a / (r.std() + _EPS)
+        advantage[members] = a
+        keep[members] = bool(np.any(np.abs(a) > _EPS))
+    return GroupAdvantages(advantage, keep)
+
+
+def with_group_advantages(episodes: pa.Table, std_scale: bool = False) -> pa.Table:
+    """The trainable episodes of a rollouts table, with `advantage` recomputed.
+
+    Episodes without a `group_id` form a group of one (so they are dropped: a group of
+    one has no baseline). The stored `advantage` column is replaced.
+    """
+    n = episodes.num_rows
+    groups = episodes.column("group_id").to_pylist() if "group_id" in episodes.column_names else [None] * n
+    groups = [g if g is not None else f"__episode_{i}" for i, g in enumerate(groups)]
+    failed = pc.fill_null(episodes.column("infra_failure"), False).to_numpy(zero_copy_only=False)
+    rewards = pc.fill_null(episodes.column("reward"), float("nan")).to_numpy(zero_copy_only=False)
+    adv = group_advantages(rewards, np.array(groups, dtype=object), failed, std_scale)
+    table = episodes.set_column(
+        episodes.column_names.index("advantage"), "advantage", pa.array(adv.advantage, pa.float64())
+    )
+    return table.filter(pa.array(adv.keep))

@@ -1,0 +1,185 @@
+"""One RL optimizer step over the episodes of one rollout step.
+
+Steps: group advantages -> drop infra failures and zero-advantage groups -> split
+episodes across data-parallel ranks (balanced by tokens, the same split computed on
+every rank) -> pack into rows -> micro-batches (every rank runs the same number, so
+collective ops stay in lockstep) -> loss summed over tokens and divided by the global
+loss-token count -> clip -> optimizer step.
+
+A step with no trainable tokens, or whose loss or gradient norm is not finite, is
+skipped (gradients dropped, optimizer untouched) and reported with `skipped=True`:
+never a silent wrong update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import torch
+from torch import nn
+
+from engines.trainer.advantages import with_group_advantages
+from engines.trainer.config import TrainerConfig
+from engines.trainer.loss import rl_loss_sums, token_logprobs
+from engines.trainer.packing import Batch, Episode, episodes_from_table, make_batch
+from engines.trainer.router_replay import RouterReplay, max_violation
+
+
+@dataclass
+class Trainee:
+    """What a step updates. `model` may be wrapped (DDP, FSDP2); `module` is the plain model."""
+
+    model: nn.Module
+    module: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    replay: RouterReplay
+    rank: int = 0
+    world: int = 1
+    backward: Callable[[torch.Tensor], None] = field(default=lambda loss: loss.backward())
+    no_sync: Callable[[], contextlib.AbstractContextManager] = field(default=contextlib.nullcontext)
+    all_sum: Callable[[torch.Tensor], torch.Tensor] = field(default=lambda t: t)
+
+
+def make_optimizer(model: nn.Module, cfg: TrainerConfig, lr: float | None = None, warmup: int | None = None):
+    """AdamW plus linear warm-up then constant learning rate."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr or cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    w = cfg.warmup_steps if warmup is None else warmup
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / (w + 1)) if w else 1.0)
+    return opt, sched
+
+
+def split_for_ranks(episodes: list[Episode], world: int) -> list[list[Episode]]:
+    """Longest first onto the rank with the fewest tokens: balanced and deterministic."""
+    parts: list[list[Episode]] = [[] for _ in range(world)]
+    tokens = [0] * world
+    for e in sorted(episodes, key=len, reverse=True):
+        r = tokens.index(min(tokens))
+        parts[r].append(e)
+        tokens[r] += len(e)
+    return parts
+
+
+def use_routes(batch: Batch, cfg: TrainerConfig) -> torch.Tensor | None:
+    """Routes to replay for `batch` ([rows * row_len, layers, top_k]) or None."""
+    if cfg.router_replay == "off":
+        return None
+    if batch.routes is None:
+        if cfg.router_replay == "on":
+            raise ValueError("router_replay='on' but some episodes have no routed_experts: record them or use 'auto'")
+        return None
+    R, L, layers, k = batch.routes.shape
+    return batch.routes.reshape(R * L, layers, k)
+
+
+def forward_logprobs(trainee: Trainee, batch: Batch, cfg: TrainerConfig, need_router_logits: bool = False):
+    """Trainer logprobs and entropies [R, L] of `batch`'s targets, and router logits."""
+    trainee.replay.set_routes(use_routes(batch, cfg))
+    try:
+        out = trainee.model(
+            input_ids=batch.input_ids,
+            position_ids=batch.position_ids,
+            use_cache=False,
+            output_router_logits=need_router_logits,
+        )
+    finally:
+        trainee.replay.set_routes(None)
+    lp, entropy = token_logprobs(out.logits, batch.targets, cfg.temperature)
+    return lp, entropy, (out.router_logits if need_router_logits else None)
+
+
+def load_balancing_loss(router_logits: tuple[torch.Tensor, ...], used: list[torch.Tensor], valid: torch.Tensor) -> torch.Tensor:
+    """Switch-style aux loss over real tokens: E * sum_e f_e * P_e, averaged over layers."""
+    v = valid.reshape(-1)
+    total = 0.0
+    for logits, idx in zip(router_logits, used):
+        probs = torch.softmax(logits.float(), -1)[v]  # [tokens, E]
+        E = probs.shape[-1]
+        f = torch.bincount(idx[v].reshape(-1), minlength=E).float() / max(1, idx[v].numel())
+        total = total + E * (f * probs.mean(0)).sum()
+    return total / len(router_logits)
+
+
+def _micro_batches(episodes: list[Episode], cfg: TrainerConfig) -> list[Batch]:
+    if not episodes:
+        return []
+    batch = make_batch(episodes, cfg.seq_len, cfg.packing)
+    n = batch.input_ids.shape[0]
+    return [batch.rows(i, i + cfg.micro_batch_rows) for i in range(0, n, cfg.micro_batch_rows)]
+
+
+def _empty_micro_batch(like: Batch) -> Batch:
+    """One padding row: keeps a rank's forward/backward count in step with the others."""
+    b = like.rows(0, 1)
+    zeros = torch.zeros_like
+    return Batch(zeros(b.input_ids), b.position_ids, zeros(b.targets), zeros(b.loss_mask), zeros(b.valid),
+                 zeros(b.inference_logprobs), zeros(b.advantages), None if b.routes is None else zeros(b.routes))  # fmt: skip
+
+
+def rl_step(trainee: Trainee, episodes: pa.Table, cfg: TrainerConfig) -> dict[str, float]:
+    """One optimizer step on a step's episodes (a ROLLOUTS table, every rank gets all of it)."""
+    trainable = with_group_advantages(episodes, cfg.std_scale_advantages)
+    all_eps = episodes_from_table(trainable)
+    global_tokens = sum(int(e.loss_mask.sum()) for e in all_eps)
+    metrics: dict[str, float] = {
+        "num_episodes": episodes.num_rows,
+        "num_trained_episodes": trainable.num_rows,
+        "trained_tokens": global_tokens,
+        "lr": trainee.scheduler.get_last_lr()[0],
+    }
+    if global_tokens == 0:
+        return {**metrics, "skipped": True, "skip_reason_no_tokens": 1.0}
+
+    parts = [_micro_batches(p, cfg) for p in split_for_ranks(all_eps, trainee.world)]
+    mine = parts[trainee.rank]
+    steps = max(len(p) for p in parts)
+    template = next(p[0] for p in parts if p)
+    mine = mine + [_empty_micro_batch(template)] * (steps - len(mine))
+
+    sums = torch.zeros(6, dtype=torch.float64)  # loss, tokens, masked, kl, entropy, aux
+    loads = []
+    trainee.model.train()
+    for i, mb in enumerate(mine):
+        last = i == steps - 1
+        ctx = contextlib.nullcontext() if last else trainee.no_sync()
+        with ctx:
+            lp, ent, router_logits = forward_logprobs(trainee, mb, cfg, need_router_logits=cfg.aux_loss_coef > 0)
+            s = rl_loss_sums(lp, mb.inference_logprobs, mb.advantages, mb.loss_mask, cfg)
+            # DDP/FSDP average gradients over ranks: scale by world so the result is the
+            # token sum over all ranks divided by the global token count.
+            loss = s.loss * (trainee.world / global_tokens)
+            aux = torch.zeros(())
+            if router_logits is not None and mb.valid.any():
+                aux = load_balancing_loss(router_logits, trainee.replay.used, mb.valid)
+                loss = loss + cfg.aux_loss_coef * aux * (trainee.world / (steps * trainee.world))
+            trainee.backward(loss)
+        if mb.valid.any():
+            loads.append(trainee.replay.expert_load(mb.valid))
+        ent_sum = float(ent[mb.loss_mask].sum())
+        sums += torch.tensor([float(s.loss), s.tokens, s.masked, s.mismatch_kl, ent_sum, float(aux)], dtype=torch.float64)
+
+    sums = trainee.all_sum(sums)
+    norm = torch.nn.utils.clip_grad_norm_(trainee.module.parameters(), cfg.grad_clip)
+    grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # DTensor under FSDP2
+    loss_value = float(sums[0] / global_tokens)
+    metrics.update(
+        loss=loss_value,
+        mismatch_kl=float(sums[3] / global_tokens),
+        masked_fraction=float(sums[2] / global_tokens),
+        entropy=float(sums[4] / global_tokens),
+        grad_norm=grad_norm,
+        aux_loss=float(sums[5] / max(1, steps * trainee.world)),
+    )
+    if loads:
+        metrics["expert_max_violation"] = max_violation(torch.stack(loads).mean(0))
+    if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+        trainee.optimizer.zero_grad(set_to_none=True)
+        return {**metrics, "skipped": True, "skip_reason_nonfinite": 1.0}
+    trainee.optimizer.step()
+    trainee.scheduler.step()
+    trainee.optimizer.zero_grad(set_to_none=True)
+    return {**metrics, "skipped": False}
