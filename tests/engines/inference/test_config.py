@@ -1,0 +1,80 @@
+"""Configuration validation and the vLLM command line (no server needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from engines.inference import launch
+from engines.inference.config import InferenceConfig
+
+
+def test_total_tokens_above_context_is_refused_with_the_field_names() -> None:
+    with pytest.raises(ValidationError, match="limits.max_total_tokens .* exceeds max_model_len"):
+        InferenceConfig(model_dir="m", max_model_len=256, limits={"max_total_tokens": 512})
+
+
+def test_unknown_fields_and_bad_urls_are_refused() -> None:
+    with pytest.raises(ValidationError, match="extra"):
+        InferenceConfig(model_dir="m", max_len=5)
+    with pytest.raises(ValidationError, match="server_urls: 'localhost:8000' is not an http"):
+        InferenceConfig(model_dir="m", server_urls=["localhost:8000"])
+    with pytest.raises(ValidationError, match="expert_parallel needs at least 2 ranks"):
+        InferenceConfig(model_dir="m", cluster={"expert_parallel": True})
+
+
+def test_model_dir_must_exist_and_be_a_causal_lm(tmp_path: Path, tiny_model_dir: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=f"model_dir {tmp_path / 'nope'}: no config.json"):
+        InferenceConfig(model_dir=str(tmp_path / "nope")).check_model_dir()
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BertModel"]}))
+    with pytest.raises(ValueError, match="no \\*ForCausalLM"):
+        InferenceConfig(model_dir=str(tmp_path)).check_model_dir()
+    assert InferenceConfig(model_dir=str(tiny_model_dir)).check_model_dir() == tiny_model_dir
+
+
+def test_missing_vllm_python_names_the_variable_and_setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(launch.VLLM_PYTHON_ENV, raising=False)
+    with pytest.raises(RuntimeError, match="TANDEM_VLLM_PYTHON is not set: source scripts/setup.sh"):
+        launch.vllm_python()
+    monkeypatch.setenv(launch.VLLM_PYTHON_ENV, str(tmp_path / "python"))
+    with pytest.raises(RuntimeError, match="is not an executable python; rerun scripts/setup.sh"):
+        launch.vllm_python()
+
+
+def test_cpu_build_refuses_gpu_only_options_at_start_up() -> None:
+    cfg = InferenceConfig(model_dir="m", cluster={"fp8": "quantize", "routed_expert_capture": True})
+    with pytest.raises(launch.UnsupportedOption, match="CPU build .*cluster.fp8='quantize' .*routed_expert_capture"):
+        launch.check_supported(cfg, cpu_build=True)
+    launch.check_supported(cfg, cpu_build=False)  # the GPU build runs them
+
+
+def test_cluster_options_become_vllm_flags() -> None:
+    cfg = InferenceConfig(
+        model_dir="m",
+        cluster={
+            "fp8": "quantize",
+            "tensor_parallel_size": 2,
+            "data_parallel_size": 4,
+            "expert_parallel": True,
+            "routed_expert_capture": True,
+            "disaggregation": {"kv_connector": "NixlConnector"},
+        },
+    )
+    argv = launch.server_command(cfg, "py", 8000, cpu_build=False, kv_role="kv_producer")
+    joined = " ".join(argv)
+    for flag in (
+        "--quantization fp8",
+        "--tensor-parallel-size 2",
+        "--data-parallel-size 4",
+        "--enable-expert-parallel",
+        "--enable-return-routed-experts",
+        "--kv-cache-memory-bytes",
+    ):
+        assert flag in joined
+    kv = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    assert kv == {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
+    plain = launch.server_command(InferenceConfig(model_dir="m"), "py", 8000, cpu_build=True)
+    assert "--quantization" not in plain and "--kv-cache-memory-bytes" not in plain
