@@ -41,7 +41,16 @@ def weights_uri(store: Store, run: str, version: int) -> str:
 
 
 def publish(store: Store, run: str, version: int, step: int, uri: str, fmt: str = "safetensors") -> Checkpoint:
-    """Make a completely written weight version visible. Idempotent for the same version."""
+    """Make a completely written weight version visible. Idempotent for the same version.
+
+    Refuses a `uri` on this store that does not exist, so a record never points to
+    weights that were not written first."""
+    local_path = _path_on_store(store, uri)
+    if local_path is not None and not store.call(f"check {uri}", lambda: store.fs.exists(local_path)):
+        raise NotFoundError(
+            f"weights of version {version} of run {run!r} are not at {uri}; "
+            "write them completely (see weights_uri) before publishing"
+        )
     ckpt = Checkpoint(run, int(version), int(step), uri, fmt, datetime.now(timezone.utc))
     table = pa.Table.from_pylist([ckpt.__dict__], schema=CHECKPOINTS)
     write_table(store, layout.checkpoint_record(run, version), table, "checkpoints")
@@ -105,6 +114,14 @@ def prune(store: Store, run: str) -> list[int]:
             _rm_if_exists(store, entry)
             removed.append(int(m.group(1)))
     return removed
+
+
+def _path_on_store(store: Store, uri: str) -> str | None:
+    """The filesystem path of `uri` when it lives on `store`'s filesystem, else None."""
+    if store.protocol == "file":
+        return None if "://" in uri and not uri.startswith("file://") else uri.removeprefix("file://")
+    prefix = f"{store.protocol}://"
+    return uri[len(prefix) :] if uri.startswith(prefix) else None
 
 
 def check_run(run: str) -> str:

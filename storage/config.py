@@ -20,9 +20,12 @@ class StorageConfig(BaseModel):
     )
     s3_region: str | None = Field(None, description="S3 region; unset: AWS_REGION / AWS_DEFAULT_REGION.")
     retries: int = Field(
-        5, ge=0, le=20, description="Attempts after the first for a failed store operation (S3 throttling, resets)."
-    )
-    retry_backoff_s: float = Field(
-        0.2, gt=0, description="First retry delay in seconds; doubles each attempt (with jitter)."
+        5,
+        ge=0,
+        le=20,
+        description="Retries after the first attempt of each S3 request (refused connections, timeouts, "
+        "5xx, throttling), with botocore's exponential backoff and jitter (at most 20 s a wait). "
+        "0 fails at the first error.",
     )
     connect_timeout_s: float = Field(5.0, gt=0, description="Seconds to wait for an S3 connection.")
+    read_timeout_s: float = Field(60.0, gt=0, description="Seconds to wait for S3 to answer a request.")

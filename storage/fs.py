@@ -1,14 +1,16 @@
 """One `Store` value per lake root: the fsspec filesystem plus the root path.
 
-Local paths use fsspec's local filesystem; `s3://` roots use s3fs with listing
-caches off (another process's new shards must be seen at once) and bounded retries.
+Local paths use fsspec's local filesystem; `s3://` roots use s3fs (storage.s3),
+whose requests botocore retries with bounded backoff. `Store.call` turns what is
+left after those retries (refused connections, timeouts, throttling) into a
+`StorageUnavailableError` naming the operation and the root. Local disk errors are
+not transient and pass through unchanged.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -16,12 +18,13 @@ from typing import TypeVar
 import fsspec
 
 from storage.config import StorageConfig
-from storage.errors import NotFoundError, StorageUnavailableError
+from storage.errors import StorageUnavailableError
 
 T = TypeVar("T")
 
-# Errors worth retrying: network resets, timeouts, throttling surfaced as OSError.
-_TRANSIENT = (OSError, TimeoutError, ConnectionError)
+# errno values s3fs gives throttling and server-side failures (503 SlowDown -> EBUSY,
+# 500 InternalError -> EREMOTEIO), plus the socket ones.
+_TRANSIENT_ERRNOS = {errno.EBUSY, errno.EREMOTEIO, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNREFUSED, errno.EAGAIN}
 
 
 @dataclass(frozen=True)
@@ -31,8 +34,7 @@ class Store:
     fs: fsspec.AbstractFileSystem
     root: str  # without protocol, no trailing slash
     protocol: str  # "file" or "s3"
-    retries: int = 5
-    retry_backoff_s: float = 0.2
+    attempts: int = 1  # total attempts per S3 request (botocore's retry budget), for messages
 
     def path(self, *parts: str) -> str:
         return "/".join([self.root, *[p.strip("/") for p in parts if p]])
@@ -41,27 +43,43 @@ class Store:
         p = self.path(*parts)
         return p if self.protocol == "file" else f"{self.protocol}://{p}"
 
+    def full_url(self, path: str) -> str:
+        """URL of a path returned by `fs` (glob, ls), for messages and DuckDB."""
+        return path if self.protocol == "file" else f"{self.protocol}://{path}"
+
     @property
     def display(self) -> str:
         return self.url()
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run `fn` with bounded exponential backoff on transient errors."""
-        delay = self.retry_backoff_s
-        for attempt in range(self.retries + 1):
-            try:
-                return fn()
-            except (FileNotFoundError, NotFoundError):
+        """Run one store operation; a transient failure that outlived the retries
+        becomes a StorageUnavailableError naming `what` and the root."""
+        if self.protocol == "file":
+            return fn()
+        try:
+            return fn()
+        except Exception as exc:
+            if not is_transient(exc):
                 raise
-            except _TRANSIENT as exc:
-                if attempt == self.retries:
-                    raise StorageUnavailableError(
-                        f"{what} failed after {self.retries + 1} attempts on {self.display}: {exc}. "
-                        "Check that the store is reachable (endpoint, credentials) and retry."
-                    ) from exc
-                time.sleep(delay * (1 + random.random() * 0.25))
-                delay *= 2
-        raise AssertionError("unreachable")
+            raise StorageUnavailableError(
+                f"{what} failed on {self.display} after {self.attempts} attempts: {exc}. "
+                "Check that the store is reachable (endpoint, credentials) and retry, "
+                "or raise storage.retries for a store that throttles."
+            ) from exc
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures that may go away on retry: network, timeouts, throttling."""
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)):
+        return False
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
+        return True
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+    from s3fs.core import S3_RETRYABLE_ERRORS
+
+    return isinstance(exc, (BotoConnectionError, *S3_RETRYABLE_ERRORS))
 
 
 def open_store(config: StorageConfig | str) -> Store:
@@ -69,44 +87,13 @@ def open_store(config: StorageConfig | str) -> Store:
     cfg = StorageConfig(root=config) if isinstance(config, str) else config
     root = cfg.root
     if root.startswith("s3://"):
-        return Store(
-            fs=_s3_filesystem(cfg),
-            root=root[len("s3://") :].rstrip("/"),
-            protocol="s3",
-            retries=cfg.retries,
-            retry_backoff_s=cfg.retry_backoff_s,
-        )
+        bucket_and_prefix = root[len("s3://") :].rstrip("/")
+        if not bucket_and_prefix:
+            raise ValueError(f"storage.root {root!r} names no bucket: use s3://bucket or s3://bucket/prefix")
+        from storage.s3 import s3_filesystem  # imported here so local-only use never pays for botocore
+
+        return Store(fs=s3_filesystem(cfg), root=bucket_and_prefix, protocol="s3", attempts=cfg.retries + 1)
     if "://" in root and not root.startswith("file://"):
         raise ValueError(f"storage.root {root!r}: use a local path or an s3://bucket/prefix URL")
     local = os.path.abspath(root.removeprefix("file://"))
-    return Store(
-        fs=fsspec.filesystem("file"),
-        root=local.rstrip("/") or "/",
-        protocol="file",
-        retries=cfg.retries,
-        retry_backoff_s=cfg.retry_backoff_s,
-    )
-
-
-def _s3_filesystem(cfg: StorageConfig) -> fsspec.AbstractFileSystem:
-    import s3fs  # imported here so local-only use never pays for botocore
-
-    client_kwargs = {}
-    endpoint = cfg.s3_endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        client_kwargs["endpoint_url"] = endpoint
-    region = cfg.s3_region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    if region:
-        client_kwargs["region_name"] = region
-    return s3fs.S3FileSystem(
-        client_kwargs=client_kwargs,
-        use_listings_cache=False,
-        skip_instance_cache=True,
-        # botocore's own retries handle throttling (SlowDown, 503) with backoff.
-        config_kwargs={
-            "retries": {"max_attempts": cfg.retries + 1, "mode": "standard"},
-            "connect_timeout": cfg.connect_timeout_s,
-            "read_timeout": 60,
-        },
-        retries=cfg.retries + 1,
-    )
+    return Store(fs=fsspec.filesystem("file"), root=local.rstrip("/") or "/", protocol="file")

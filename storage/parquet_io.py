@@ -27,31 +27,31 @@ def write_table(store: Store, relpath: str, table: pa.Table, kind: str) -> str:
 
 def read_table(store: Store, path: str) -> pa.Table:
     """Read one file written by `write_table`; names the file on any failure."""
+    data = store.call(f"read {path}", lambda: store.fs.cat_file(path))
     try:
-        data = store.call(f"read {path}", lambda: store.fs.cat_file(path))
         table = pq.read_table(io.BytesIO(data))
-    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise CorruptFileError(
-            f"{_url(store, path)} is not a readable Parquet file ({exc}). "
-            "Delete it (its step can be regenerated) or restore it from a copy."
-        ) from exc
-    check_version(table.schema.metadata, _url(store, path))
+    except pa.ArrowException as exc:
+        raise _corrupt(store, path, exc) from exc
+    check_version(table.schema.metadata, store.full_url(path))
     return table
 
 
 def check_footer(store: Store, path: str) -> None:
     """Read only the footer: cheap proof that a file is complete Parquet of a known version."""
-    try:
+
+    def read_footer() -> pq.FileMetaData:
         with store.fs.open(path, "rb") as f:
-            meta = pq.read_metadata(f)
-    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise CorruptFileError(f"{_url(store, path)} is not a readable Parquet file ({exc})") from exc
-    check_version(meta.metadata, _url(store, path))
+            return pq.read_metadata(f)
+
+    try:
+        meta = store.call(f"read footer of {path}", read_footer)
+    except pa.ArrowException as exc:
+        raise _corrupt(store, path, exc) from exc
+    check_version(meta.metadata, store.full_url(path))
 
 
-def _url(store: Store, path: str) -> str:
-    return path if store.protocol == "file" else f"{store.protocol}://{path}"
+def _corrupt(store: Store, path: str, exc: Exception) -> CorruptFileError:
+    return CorruptFileError(
+        f"{store.full_url(path)} is not a readable Parquet file ({exc}). "
+        "Delete it (its step can be regenerated) or restore it from a copy."
+    )

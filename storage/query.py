@@ -51,7 +51,7 @@ def connect(store: Store, run: str | None = None) -> LakeConnection:
     lake = LakeConnection(con)
     for kind, glob in GLOBS.items():
         files = _complete_files(store, store.path(glob.format(run=run or "*")), lake.skipped)
-        _create_view(con, kind, [_duck_url(store, f) for f in files])
+        _create_view(con, kind, [store.full_url(f) for f in files])
     return lake
 
 
@@ -72,7 +72,7 @@ def _complete_files(store: Store, pattern: str, skipped: dict[str, str]) -> list
         if problem is None:
             good.append(path)
         else:
-            skipped[_duck_url(store, path)] = problem
+            skipped[store.full_url(path)] = problem
             log.warning("left out of the views: %s", problem)
     return good
 
@@ -90,7 +90,3 @@ def _create_view(con: duckdb.DuckDBPyConnection, kind: str, urls: list[str]) -> 
         f"CREATE VIEW {kind} AS SELECT * FROM read_parquet([{listing}], "
         "hive_partitioning=false, union_by_name=true)"
     )
-
-
-def _duck_url(store: Store, path: str) -> str:
-    return path if store.protocol == "file" else f"{store.protocol}://{path}"

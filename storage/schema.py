@@ -157,9 +157,19 @@ def conform(table: pa.Table, kind: str) -> pa.Table:
     columns = []
     for field in schema:
         if field.name in table.column_names:
-            columns.append(table.column(field.name).cast(field.type))
+            columns.append(_cast(table.column(field.name), field, kind))
         elif field.nullable:
             columns.append(pa.nulls(table.num_rows, field.type))
         else:
             raise ValueError(f"{kind}: required column {field.name!r} is missing")
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _cast(column: pa.ChunkedArray, field: pa.Field, kind: str) -> pa.ChunkedArray:
+    try:
+        return column.cast(field.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(
+            f"{kind}.{field.name}: cannot store {column.type} as {field.type} ({exc}); "
+            f"give {field.name} values of type {field.type}"
+        ) from exc

@@ -21,7 +21,24 @@ def write_shard(store: Store, run: str, step: int, shard: str, table: pa.Table) 
     """Write the episodes of (run, step, shard); returns the shard's URL."""
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
-    return write_table(store, layout.rollout_shard(run, step, shard), table, "rollouts")
+    relpath = layout.rollout_shard(run, step, shard)
+    table = _with_key_column(table, "run_id", run, pa.string(), relpath)
+    table = _with_key_column(table, "step", step, pa.int64(), relpath)
+    return write_table(store, relpath, table, "rollouts")
+
+
+def _with_key_column(table: pa.Table, name: str, value: object, type_: pa.DataType, where: str) -> pa.Table:
+    """Fill an absent run_id/step column; refuse rows that disagree with the shard's path,
+    since queries take both from the file and would then contradict the layout."""
+    if name not in table.column_names:
+        return table.append_column(pa.field(name, type_, nullable=False), pa.array([value] * table.num_rows, type_))
+    wrong = set(table.column(name).to_pylist()) - {value}
+    if wrong:
+        raise ValueError(
+            f"{where}: column {name!r} holds {sorted(wrong, key=str)[:5]} but the shard is for {name} {value!r}; "
+            f"write each {name} to its own shard"
+        )
+    return table
 
 
 def list_runs(store: Store) -> list[str]:

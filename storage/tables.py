@@ -17,7 +17,14 @@ def write_step_metrics(store: Store, run: str, step: int, metrics: dict[str, Any
     """One row of the `steps` table. Known columns by name; anything else goes to `extra`."""
     known = set(STEPS.names) - {"run_id", "step", "extra", "written_at"}
     row = {k: v for k, v in metrics.items() if k in known}
-    extra = {k: float(v) for k, v in metrics.items() if k not in known and isinstance(v, (int, float))}
+    others = {k: v for k, v in metrics.items() if k not in STEPS.names}
+    not_numbers = sorted(k for k, v in others.items() if not isinstance(v, (int, float)))
+    if not_numbers:
+        raise ValueError(
+            f"step metrics {not_numbers} are neither columns of the steps table nor numbers; "
+            f"give them as numbers (they go to `extra`) or use a column: {sorted(known)}"
+        )
+    extra = {k: float(v) for k, v in others.items()}
     row.update(run_id=run, step=step, extra=list(extra.items()), written_at=datetime.now(timezone.utc))
     table = pa.Table.from_pylist([row], schema=STEPS)
     return write_table(store, layout.steps_file(run, step), table, "steps")
