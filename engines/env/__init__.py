@@ -1,0 +1,15 @@
+"""The SWE environment: tasks, the bubblewrap sandbox, agent tools and the grader.
+
+Usable as a plain library (no Prefect). Modules, one idea each:
+    types      Task, GradeResult, StepResult (plain data)
+    config     EnvConfig and sandbox limits
+    sandbox    run a command under bubblewrap with cgroup and rlimit caps
+    workspace  a writable copy of a task's base snapshot; reset and diff
+    patches    allowlist filter and application of patches
+    report     SWE-bench-compatible log parsing and resolution report
+    grader     grade one patch; a pool that grades many in parallel
+    session    the environment side of one multi-turn agent episode
+    micro      generated micro bug-fix tasks and their oracle episodes
+    corpus     save/load a task corpus; SWE-bench-style JSONL import/export
+    builder    real-repository tasks from PyPI sdists by AST mutation
+"""

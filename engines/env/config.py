@@ -1,0 +1,61 @@
+"""Configuration of the environment: sandbox limits, backend, pool size, rewards.
+
+One pydantic model per component; every field says what it means, its unit and
+why the default. Unknown keys are refused so a typo never silently falls back to
+a default.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class SandboxLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    memory_mb: int = Field(1024, ge=16, description="Memory cap of the whole sandboxed tree (MiB, cgroup). 1 GiB fits pytest on the default projects.")
+    max_processes: int = Field(64, ge=4, description="Process/thread cap of the tree (cgroup pids.max); stops fork bombs. pytest needs a handful.")
+    cpu_seconds: int = Field(60, ge=1, description="CPU-time rlimit per process (s); stops busy loops even when the wall clock is generous.")
+    file_size_mb: int = Field(64, ge=1, description="Largest file a sandboxed process may write (MiB, RLIMIT_FSIZE).")
+    wall_timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit of one command (s); the whole tree is killed when it passes.")
+    output_bytes: int = Field(256_000, ge=1024, description="Bytes of output kept (first quarter and last three quarters); the rest is dropped.")
+
+
+class EnvConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    limits: SandboxLimits = Field(default_factory=SandboxLimits, description="Caps applied to every sandboxed command (grading, bash tool, test tool).")
+    backend: Literal["bwrap", "unsandboxed"] = Field("bwrap", description="'bwrap' runs commands under bubblewrap; 'unsandboxed' runs them directly (needs allow_unsandboxed).")
+    allow_unsandboxed: bool = Field(False, description="Explicit opt-in for the unsandboxed backend; a warning is logged on every use.")
+    bwrap_path: str = Field("bwrap", description="bubblewrap executable (name on PATH or absolute path).")
+    use_cgroups: bool = Field(True, description="Cap memory and processes with cgroup v1 when writable; without it only rlimits apply.")
+    python: str = Field(default_factory=lambda: sys.executable, description="Python interpreter that runs tests inside the sandbox (its prefix is bound read-only).")
+    workers: int = Field(0, ge=0, description="Grading workers; 0 = min(CPU cores, available memory / limits.memory_mb).")
+    partial_credit: bool = Field(False, description="Reward = fraction of FAIL_TO_PASS passing when every PASS_TO_PASS passes; default is binary 'resolved'.")
+    max_patch_bytes: int = Field(2_000_000, ge=1024, description="Patches larger than this are graded as failures without being applied (bytes).")
+    observation_chars: int = Field(1200, ge=100, description="Longest tool observation returned to the agent (characters); micro tasks need a few hundred.")
+    scratch_dir: str = Field(default_factory=lambda: os.environ.get("TANDEM_ENV_SCRATCH", "/tmp/tandem-env"), description="Where writable repository copies are made.")
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> "EnvConfig":
+        if self.backend == "unsandboxed" and not self.allow_unsandboxed:
+            raise ValueError(
+                "backend='unsandboxed' runs model-written code on the host: set allow_unsandboxed=True "
+                "to opt in explicitly, or use backend='bwrap' (install with 'apt-get install bubblewrap')"
+            )
+        return self
+
+    def worker_count(self) -> int:
+        """Workers bounded by cores and by memory (each run may use limits.memory_mb)."""
+        if self.workers:
+            return self.workers
+        cores = len(os.sched_getaffinity(0))
+        try:
+            avail_mb = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
+        except (ValueError, OSError):
+            avail_mb = cores * self.limits.memory_mb
+        return max(1, min(cores, avail_mb // self.limits.memory_mb))

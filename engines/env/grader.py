@@ -1,0 +1,155 @@
+"""Grade a patch against a task: filter, apply, run the task's tests sandboxed, decide.
+
+Steps of one grade (each failure is a graded failure of the model unless marked
+infra, which training leaves out of group statistics):
+  1. size and format checks (a 50 MB diff or binary junk is refused unread);
+  2. the allowlist filter drops test files and test/build configuration (patches.py);
+  3. the repository copy is reset to the task's base, so test files are pristine;
+  4. the filtered patch is applied, then the task's test_patch (a failure here is infra);
+  5. only the FAIL_TO_PASS and PASS_TO_PASS tests run, in the sandbox;
+  6. the framed log is parsed and decided with SWE-bench's rules (report.py).
+A timeout of the tests is a model failure (the patch made them hang); a sandbox
+that cannot start, or a task whose test patch does not apply, is infra.
+
+`GradingPool` grades many in parallel: a worker per core, bounded by memory, each
+owning repository copies it reuses (reset between grades). Workers share nothing
+writable, so no grade can disturb another.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shlex
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from engines.env.config import EnvConfig
+from engines.env.errors import EnvError, TaskError
+from engines.env.patches import filter_patch
+from engines.env.report import evaluate, frame_log
+from engines.env.sandbox import Runner, make_runner
+from engines.env.types import GradeResult, Task
+from engines.env.workspace import Workspace, base_files
+
+
+def grade(task: Task, patch: str, config: EnvConfig) -> GradeResult:
+    """Grade one patch in a fresh repository copy (the pool reuses copies instead)."""
+    with GradingPool(config, workers=1) as pool:
+        return pool.grade_one(task, patch)
+
+
+def test_files_of(task: Task) -> frozenset[str]:
+    files = {t.split("::")[0] for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)}
+    return frozenset(files | set(task.meta().get("test_files", [])))
+
+
+def tests_command(task: Task) -> str:
+    return " ".join([task.test_cmd, *(shlex.quote(t) for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS))])
+
+
+class _Slot:
+    """One worker's private repository copies, one per snapshot (base switched per task)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.copies: dict[str, Workspace] = {}
+
+    def workspace(self, task: Task) -> Workspace:
+        key = task.snapshot_uri or "inline"
+        base = base_files(task)
+        ws = self.copies.get(key)
+        if ws is None:
+            if len(self.copies) >= 8:
+                self.copies.pop(next(iter(self.copies))).destroy()
+            ws = self.copies[key] = Workspace(Path(tempfile.mkdtemp(prefix="grade-", dir=self.root)), base)
+        else:
+            ws.base = base
+            ws.reset()
+        return ws
+
+
+class GradingPool:
+    """Grades (task, patch) pairs on `workers` threads, each driving sandboxed subprocesses."""
+
+    def __init__(self, config: EnvConfig, workers: int | None = None, runner: Runner | None = None):
+        self.config = config
+        self.runner = runner or make_runner(config)
+        self.workers = workers or config.worker_count()
+        os.makedirs(config.scratch_dir, exist_ok=True)
+        self._dir = Path(tempfile.mkdtemp(prefix="pool-", dir=config.scratch_dir))
+        self._slots: queue.Queue[_Slot] = queue.Queue()
+        for i in range(self.workers):
+            self._slots.put(_Slot(self._dir / f"w{i}"))
+        self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="grader")
+
+    def grade_many(self, items: Sequence[tuple[Task, str]]) -> list[GradeResult]:
+        """Grade every pair; results in input order. Never raises for bad tasks or patches."""
+        return list(self._executor.map(lambda item: self.grade_one(*item), items))
+
+    def grade_one(self, task: Task, patch: str) -> GradeResult:
+        slot = self._slots.get()
+        start = time.monotonic()
+        try:
+            slot.root.mkdir(parents=True, exist_ok=True)
+            return _grade(task, patch, self.config, self.runner, slot, start)
+        except (EnvError, ValueError, OSError) as exc:
+            return _result(task, start, infra=f"task {task.instance_id}: {exc}")
+        finally:
+            self._slots.put(slot)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> "GradingPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _grade(task: Task, patch: str, config: EnvConfig, runner: Runner, slot: _Slot, start: float) -> GradeResult:
+    if not isinstance(patch, str):
+        return _result(task, start, notes=f"patch must be text, got {type(patch).__name__}", applied=False)
+    if len(patch.encode("utf-8", "surrogateescape")) > config.max_patch_bytes:
+        return _result(task, start, notes=f"patch larger than max_patch_bytes={config.max_patch_bytes}; not applied", applied=False)
+    filtered = filter_patch(patch, test_files_of(task))
+    if filtered.error:
+        return _result(task, start, notes=filtered.error, applied=False)
+    dropped = f"dropped files outside the allowlist: {', '.join(filtered.dropped)}" if filtered.dropped else ""
+    ws = slot.workspace(task)
+    error = ws.apply(filtered.text)
+    if error:
+        return _result(task, start, notes=f"patch does not apply: {error}", applied=False)
+    if task.test_patch and (error := ws.apply(task.test_patch)):
+        raise TaskError(f"test_patch does not apply on the base ({error}); fix the task")
+    run = runner.run(tests_command(task), ws.root)
+    ws.reset()  # leave nothing behind for the next grade on this copy
+    if not run.started:
+        return _result(task, start, infra=run.infra_message)
+    if run.timed_out:
+        return _result(task, start, notes=f"tests timed out after {config.limits.wall_timeout_s}s; {dropped}".strip("; "))
+    rep = evaluate(frame_log(run.output, run.exit_code), task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS)
+    reward = 1.0 if rep.resolved else 0.0
+    if config.partial_credit and not rep.resolved and rep.log_valid and rep.p2p_passed == rep.p2p_total:
+        reward = rep.f2p_passed / max(1, rep.f2p_total)
+    notes = "; ".join(n for n in (dropped, "out of memory" if run.oom else "", "" if rep.log_valid else "test log rejected") if n)
+    return GradeResult(rep.resolved, reward, rep.f2p_passed, rep.f2p_total, rep.p2p_passed, rep.p2p_total,
+                       rep.statuses, False, "", time.monotonic() - start, True, notes)
+
+
+def _result(task: Task, start: float, notes: str = "", infra: str = "", applied: bool = True) -> GradeResult:
+    report = {t: "MISSING" for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)}
+    return GradeResult(False, 0.0, 0, len(task.FAIL_TO_PASS), 0, len(task.PASS_TO_PASS), report,
+                       bool(infra), infra, time.monotonic() - start, applied and not infra, notes)
+
+
+def report_json(result: GradeResult) -> str:
+    """The `test_report` column of the rollouts table."""
+    return json.dumps(result.report, sort_keys=True)

@@ -1,0 +1,292 @@
+"""Micro tasks: generated Python modules with one injected bug, and their oracle episodes.
+
+Sized for a tiny model trained from scratch on CPU: a module `m.py` of 2 to 4
+small integer functions (5 to 20 lines in all), one bug injected by an AST
+mutation (arithmetic swap, comparison flip, constant +-1, swapped operands,
+removed `not` or unary minus), and `test_m.py` whose expected values come from
+running the original. A task is kept only when the original passes every test
+and the mutant fails at least one without failing to import; that check runs
+in-process (no sandbox, thousands of tasks a second) because the code is ours;
+the sandboxed grader gives the final grade.
+
+The problem statement is the numbered buggy file plus the first failing test's
+call, expected and actual value: what a model needs, not the answer.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+from dataclasses import dataclass
+
+from engines.env.types import Split, Task
+from engines.env.workspace import tree_hash, unified_diff
+from engines.protocol import Action, render_action
+
+MODULE = "m.py"
+TEST_MODULE = "test_m.py"
+TEST_CMD = "python -m pytest -rA -q -p no:cacheprovider -o addopts= --tb=line"
+LOG_PARSER = "parse_log_pytest"
+_NAMES = ["area", "clip", "diff", "step", "mix", "span", "pick", "gap", "tally", "shift", "score", "scale", "fold", "bump", "cap", "edge"]
+_CASES_PER_FUNCTION = 2
+
+
+def numbered(text: str, start: int = 1) -> str:
+    """`N code` lines: the format of the prompt and of the `view` tool."""
+    return "\n".join(f"{i} {line}" for i, line in enumerate(text.splitlines(), start))
+
+
+# ---- program generation -------------------------------------------------------------
+
+def _int_body(rng: random.Random) -> list[str]:
+    k = lambda lo=1, hi=6: str(rng.randint(lo, hi))  # noqa: E731 - small constants keep values small
+    op = lambda: rng.choice(["+", "-", "*"])  # noqa: E731
+    cmp = lambda: rng.choice(["<", ">", "<=", ">=", "==", "!="])  # noqa: E731
+    shapes = [
+        [f"c = a {op()} b", f"if c {cmp()} {k()}:", f"    return c {op()} {k()}", f"return -c {op()} a"],
+        [f"t = {k(0, 3)}", "for i in range(a):", f"    t = t {op()} i", f"return t {op()} b"],
+        [f"if not a {cmp()} b:", f"    return a {op()} {k()}", f"return b - a {op()} {k()}"],
+        [f"c = a // {k(2, 5)}", f"d = b % {k(2, 5)}", f"return c {op()} d"],
+        [f"if a {cmp()} {k()} and b {cmp()} {k()}:", f"    return -a {op()} b", f"return a {op()} b {op()} {k()}"],
+        [f"n = {k(0, 2)}", "for i in range(b):", f"    if i {cmp()} a:", f"        n = n {op()} {k()}", "return n"],
+        [f"c = {k()} - a", f"return max(c, b) {op()} {k()}"],
+    ]
+    return rng.choice(shapes)
+
+
+def _module(rng: random.Random) -> str:
+    names = rng.sample(_NAMES, rng.randint(2, 4))
+    lines: list[str] = []
+    for name in names:
+        lines.append(f"def {name}(a, b):")
+        lines += ["    " + line for line in _int_body(rng)]
+    return "\n".join(lines)  # no blank lines: every line costs prompt tokens
+
+
+# ---- mutation -------------------------------------------------------------------------
+
+_ARITH = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.FloorDiv: ast.Mult, ast.Mod: ast.FloorDiv}
+_FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
+_ASYMMETRIC = (ast.Sub, ast.FloorDiv, ast.Mod)
+
+
+def _candidates(tree: ast.AST) -> list[tuple[int, str]]:
+    """(index in ast.walk order, bug kind) for every node a mutation applies to."""
+    out = []
+    for i, node in enumerate(ast.walk(tree)):
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+            out.append((i, "arithmetic"))
+            if isinstance(node.op, _ASYMMETRIC):
+                out.append((i, "swapped_operands"))
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _FLIP:
+            out += [(i, "comparison"), (i, "swapped_operands")]
+        elif isinstance(node, ast.Constant) and type(node.value) is int:
+            out.append((i, "constant"))
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub)):
+            out.append((i, "removed_not" if isinstance(node.op, ast.Not) else "removed_minus"))
+    return out
+
+
+class _Mutate(ast.NodeTransformer):
+    def __init__(self, target: ast.AST, kind: str, rng: random.Random):
+        self.target, self.kind, self.rng = target, kind, rng
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        if node is not self.target:
+            return self.generic_visit(node)
+        if self.kind == "arithmetic":
+            node.op = _ARITH[type(node.op)]()
+        elif self.kind == "comparison":
+            node.ops = [_FLIP[type(node.ops[0])]()]
+        elif self.kind == "swapped_operands" and isinstance(node, ast.BinOp):
+            node.left, node.right = node.right, node.left
+        elif self.kind == "swapped_operands":
+            node.left, node.comparators = node.comparators[0], [node.left]
+        elif self.kind == "constant":
+            node.value = node.value + self.rng.choice([-1, 1])
+        else:  # removed not / unary minus
+            return node.operand
+        return node
+
+
+def _header(stmt: ast.stmt) -> str:
+    """The one source line of a simple statement or of a compound statement's header."""
+    if isinstance(stmt, ast.If):
+        return f"if {ast.unparse(stmt.test)}:"
+    if isinstance(stmt, ast.For):
+        return f"for {ast.unparse(stmt.target)} in {ast.unparse(stmt.iter)}:"
+    return ast.unparse(stmt)
+
+
+def _mutate(source: str, rng: random.Random) -> tuple[str, str, int] | None:
+    """Mutate one line; returns (mutant, bug kind, 1-based line) or None.
+
+    The kind is drawn uniformly among the kinds the module offers, so rare kinds
+    (removed `not`, comparisons) are not drowned by arithmetic.
+    """
+    lines = source.split("\n")
+    by_kind: dict[str, list[tuple[ast.stmt, ast.AST, int]]] = {}
+    for stmt in ast.walk(ast.parse(source)):
+        if not isinstance(stmt, ast.stmt) or isinstance(stmt, ast.FunctionDef):
+            continue
+        old = lines[stmt.lineno - 1]
+        if old[: len(old) - len(old.lstrip())] + _header(stmt) != old:
+            continue  # not in canonical form: a mutant would differ in more than the bug
+        root = stmt.test if isinstance(stmt, ast.If) else stmt.iter if isinstance(stmt, ast.For) else stmt
+        for index, kind in _candidates(root):
+            by_kind.setdefault(kind, []).append((stmt, root, index))
+    if not by_kind:
+        return None
+    kind = rng.choice(sorted(by_kind))
+    stmt, root, index = rng.choice(by_kind[kind])
+    old = lines[stmt.lineno - 1]
+    target = next(n for i, n in enumerate(ast.walk(root)) if i == index)
+    _Mutate(target, kind, rng).visit(stmt)
+    new = old[: len(old) - len(old.lstrip())] + _header(stmt)
+    if new == old:
+        return None
+    lines[stmt.lineno - 1] = new
+    return "\n".join(lines), kind, stmt.lineno
+
+
+# ---- validation and task assembly -----------------------------------------------------
+
+@dataclass(frozen=True)
+class _Case:
+    test: str  # test function name
+    name: str  # function under test
+    args: tuple[int, ...]
+    expected: object = None
+
+    @property
+    def call(self) -> str:
+        return f"{self.name}({', '.join(map(repr, self.args))})"
+
+
+def _run(source: str) -> dict | None:
+    namespace: dict = {"__builtins__": {"max": max, "min": min, "range": range, "abs": abs}}
+    try:
+        exec(compile(source, MODULE, "exec"), namespace)
+    except Exception:
+        return None
+    return namespace
+
+
+def _call(namespace: dict, case: "_Case") -> tuple[bool, object]:
+    try:
+        return True, namespace[case.name](*case.args)
+    except Exception as exc:  # the mutant may raise: that is a failing test, not an import error
+        return False, f"{type(exc).__name__}: {exc}"
+
+
+def _make_cases(original: str, rng: random.Random) -> list[_Case] | None:
+    ns = _run(original)
+    if ns is None:
+        return None
+    cases = []
+    for node in ast.parse(original).body:
+        assert isinstance(node, ast.FunctionDef)
+        for j in range(_CASES_PER_FUNCTION):
+            case = _Case(f"test_{node.name}_{j}", node.name, (rng.randint(0, 9), rng.randint(0, 9)))
+            ok, value = _call(ns, case)
+            if not ok:
+                return None
+            cases.append(_Case(case.test, case.name, case.args, value))
+    return cases
+
+
+def _test_file(source: str, cases: list[_Case]) -> str:
+    names = ", ".join(n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef))
+    blocks = [f"from m import {names}\n"] + [f"\ndef {c.test}():\n    assert {c.call} == {c.expected!r}\n" for c in cases]
+    return "".join(blocks)
+
+
+def _failing_mutant(original: str, cases: list[_Case], rng: random.Random):
+    mutated = _mutate(original, rng)
+    if mutated is None:
+        return None
+    ns = _run(mutated[0])
+    if ns is None:
+        return None  # import error: not a bug a test run could point at
+    failing = []
+    for case in cases:
+        ok, actual = _call(ns, case)
+        if not ok or actual != case.expected:
+            failing.append((case, actual))
+    return (*mutated, failing) if failing else None
+
+
+def make_micro_task(rng: random.Random, instance_id: str, split: Split = "train") -> Task | None:
+    """One attempt at a task; None when the sampled program or mutant is not usable."""
+    original = _module(rng)
+    cases = _make_cases(original, rng)
+    if cases is None:
+        return None
+    for _ in range(4):  # a few mutants of the same program before sampling a new one
+        found = _failing_mutant(original, cases, rng)
+        if found is not None:
+            break
+    else:
+        return None
+    buggy, kind, line, failing = found
+    first, actual = failing[0]
+    tests = _test_file(original, cases)
+    base = {MODULE: buggy + "\n", TEST_MODULE: tests}
+    fixed = {MODULE: original + "\n", TEST_MODULE: tests}
+    statement = (f"{MODULE}\n{numbered(buggy)}\nFAILED {TEST_MODULE}::{first.test}\n"
+                 f"{first.call} expected {first.expected!r}, got {actual if isinstance(actual, str) else repr(actual)}")
+    failing_ids = {c.test for c, _ in failing}
+    meta = {"files": base, "bug": kind, "file": MODULE, "line": line, "fixed_line": original.splitlines()[line - 1],
+            "test_files": [TEST_MODULE]}
+    return Task(
+        instance_id=instance_id, repo="micro", version="1", base_commit=tree_hash({k: v.encode() for k, v in base.items()}),
+        problem_statement=statement, patch=unified_diff(_enc(base), _enc(fixed)), test_patch="",
+        FAIL_TO_PASS=tuple(f"{TEST_MODULE}::{c.test}" for c in cases if c.test in failing_ids),
+        PASS_TO_PASS=tuple(f"{TEST_MODULE}::{c.test}" for c in cases if c.test not in failing_ids),
+        test_cmd=TEST_CMD, log_parser=LOG_PARSER, env_name="micro", split=split, snapshot_uri="",
+        metadata=json.dumps(meta),
+    )
+
+
+def generate_micro_tasks(n: int, seed: int, split: Split = "train") -> list[Task]:
+    """`n` validated micro tasks, deterministic in `seed` (use distinct seeds per split)."""
+    if n < 0:
+        raise ValueError(f"n={n}: give a non-negative number of tasks")
+    rng = random.Random(seed)
+    tasks: list[Task] = []
+    attempts = 0
+    while len(tasks) < n:
+        attempts += 1
+        if attempts > 50 * n + 100:
+            raise RuntimeError(f"micro generator kept only {len(tasks)} of {n} tasks after {attempts} attempts")
+        task = make_micro_task(rng, f"micro-{split}-{seed}-{len(tasks)}", split)
+        if task is not None:
+            tasks.append(task)
+    return tasks
+
+
+def oracle_action(task: Task) -> Action:
+    meta = task.meta()
+    return Action("edit", path=meta["file"], line=meta["line"], body=meta["fixed_line"])
+
+
+def oracle_messages(task: Task) -> list[dict[str, str]]:
+    """The canonical successful episode: problem, the one-line fix, the real observation, submit."""
+    from engines.env.config import EnvConfig
+    from engines.env.session import EnvSession
+
+    fix = render_action(oracle_action(task))
+    with EnvSession.open(task, EnvConfig()) as session:
+        prompt = session.prompt()
+        observation = session.step(fix).observation
+    return [
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": fix},
+        {"role": "tool", "content": observation},
+        {"role": "assistant", "content": "submit"},
+    ]
+
+
+def _enc(files: dict[str, str]) -> dict[str, bytes]:
+    return {k: v.encode() for k, v in files.items()}

@@ -1,0 +1,259 @@
+"""Run one shell command against a repository copy, contained.
+
+What the bubblewrap backend protects against (each is tested):
+  - network access: every namespace is unshared; only loopback exists inside;
+  - reading or writing outside the repository: the root is empty except read-only
+    system directories and the Python installation; the repository copy is the
+    only writable bind (at /repo); /tmp is a private tmpfs;
+  - fork bombs and memory bombs: cgroup v1 pids and memory caps on the whole tree;
+  - busy loops and sleeps: CPU-time rlimit, and a wall-clock timeout that kills
+    bubblewrap, whose pid namespace takes every descendant with it;
+  - huge files and output: file-size rlimit; output kept to `output_bytes`;
+  - killing the parent: the tree runs in its own pid namespace and session, and
+    dies with its parent (`--die-with-parent`);
+  - inherited secrets: the environment is cleared; capabilities are dropped.
+What it does not protect against: kernel exploits, and code that tampers with the
+test runner from inside the process under test (the grader filters patches, which
+closes the known conftest/test-file hacks; see grader.py).
+
+The unsandboxed backend exists for machines without bubblewrap, only behind
+`EnvConfig.allow_unsandboxed`, and logs a warning on every run.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from engines.env.cgroup import CgroupCaps
+from engines.env.config import EnvConfig, SandboxLimits
+from engines.env.errors import SandboxUnavailableError
+
+log = logging.getLogger(__name__)
+
+SANDBOX_REPO = "/repo"  # where the repository copy appears inside the sandbox
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc/alternatives")
+_SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf")
+_cgroup_warned = False
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int | None  # None when killed by the timeout or never started
+    output: str  # stdout and stderr interleaved, truncated to limits.output_bytes
+    timed_out: bool
+    truncated: bool
+    duration_s: float
+    started: bool = True  # False: the sandbox itself failed (an infrastructure failure)
+    infra_message: str = ""
+    oom: bool = False
+
+
+class Runner(Protocol):
+    def run(self, command: str, repo: Path, extra_env: dict[str, str] | None = None) -> RunResult: ...
+
+
+def make_runner(config: EnvConfig) -> Runner:
+    """The backend `config` asks for; a clear error when bubblewrap is missing."""
+    if config.backend == "unsandboxed":
+        return UnsandboxedRunner(config)
+    return BwrapRunner(config)
+
+
+class BwrapRunner:
+    def __init__(self, config: EnvConfig):
+        bwrap = shutil.which(config.bwrap_path)
+        if bwrap is None:
+            raise SandboxUnavailableError(
+                f"bubblewrap ({config.bwrap_path!r}) was not found. Install it: "
+                "'sudo apt-get install bubblewrap' (Debian/Ubuntu) or 'sudo dnf install bubblewrap', "
+                "or run scripts/setup.sh. To run without a sandbox (unsafe) set "
+                "backend='unsandboxed' and allow_unsandboxed=True."
+            )
+        self.config = config
+        self.bwrap = bwrap
+        self._binds = _python_dirs(config.python)
+
+    def argv(self, repo: Path, status_fd: int) -> list[str]:
+        args = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+                "--clearenv", "--hostname", "sandbox", "--json-status-fd", str(status_fd)]
+        for d in _SYSTEM_DIRS:
+            args += ["--ro-bind-try", d, d]
+        for f in _SYSTEM_FILES:
+            args += ["--ro-bind-try", f, f]
+        for d in self._binds:
+            args += ["--ro-bind", d, d]
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+                 "--bind", str(repo), SANDBOX_REPO, "--chdir", SANDBOX_REPO]
+        for key, value in _sandbox_env(self.config.python).items():
+            args += ["--setenv", key, value]
+        return args
+
+    def run(self, command: str, repo: Path, extra_env: dict[str, str] | None = None) -> RunResult:
+        read_fd, write_fd = os.pipe()
+        try:
+            argv = self.argv(repo, write_fd)
+            for key, value in (extra_env or {}).items():
+                argv += ["--setenv", key, value]
+            argv += ["/bin/sh", "-c", command]
+            result = _run_capped(argv, None, self.config.limits, self.config.use_cgroups, pass_fds=(write_fd,), close_after_start=write_fd)
+            status = _read_status(read_fd)
+        finally:
+            os.close(read_fd)
+        if "child-pid" not in status and not result.timed_out:
+            return RunResult(None, result.output, False, result.truncated, result.duration_s, started=False,
+                             infra_message=f"bubblewrap failed to start the sandbox: {result.output.strip()[-500:]}")
+        if "exit-code" in status and result.exit_code is not None:
+            result = _replace(result, exit_code=int(status["exit-code"]))
+        return result
+
+
+class UnsandboxedRunner:
+    def __init__(self, config: EnvConfig):
+        self.config = config
+
+    def run(self, command: str, repo: Path, extra_env: dict[str, str] | None = None) -> RunResult:
+        log.warning("running %r WITHOUT a sandbox in %s (allow_unsandboxed=True)", command[:80], repo)
+        env = _sandbox_env(self.config.python) | {"HOME": str(repo)} | (extra_env or {})
+        return _run_capped(["/bin/sh", "-c", command], env, self.config.limits, self.config.use_cgroups, cwd=str(repo))
+
+
+def _run_capped(argv: list[str], env: dict[str, str] | None, limits: SandboxLimits, use_cgroups: bool,
+                cwd: str | None = None, pass_fds: tuple[int, ...] = (), close_after_start: int | None = None) -> RunResult:
+    """Start `argv` inside fresh cgroups with rlimits; collect capped output; enforce the wall clock."""
+    caps = CgroupCaps.create(limits.memory_mb, limits.max_processes) if use_cgroups else None
+    _warn_without_cgroups(use_cgroups and caps is None)
+    # The shell joins the cgroups before exec'ing prlimit, so no child escapes the caps.
+    join = "".join(f'echo $$ > "{p}" && ' for p in (caps.procs_files() if caps else []))
+    rlimits = [f"--cpu={limits.cpu_seconds}", f"--fsize={limits.file_size_mb * 2**20}", "--core=0", "--nofile=1024"]
+    wrapped = ["/bin/sh", "-c", join + 'exec "$@"', "sh", "prlimit", *rlimits, "--", *argv]
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=env if env is not None else {"PATH": "/usr/bin:/bin"}, cwd=cwd,
+                                start_new_session=True, pass_fds=pass_fds)
+    except OSError as exc:
+        if caps:
+            caps.remove()
+        return RunResult(None, "", False, False, 0.0, started=False, infra_message=f"could not start {argv[0]}: {exc}")
+    if close_after_start is not None:
+        os.close(close_after_start)  # only the child holds the write end now, so EOF means it is done
+    reader = _CappedReader(proc.stdout, limits.output_bytes)
+    reader.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=limits.wall_timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_tree(proc)
+    finally:
+        if caps:
+            caps.kill_all()
+        reader.join(timeout=5)
+        if proc.poll() is None:
+            _kill_tree(proc)
+            proc.wait()
+    oom = bool(caps and caps.oom_killed())
+    if caps:
+        caps.remove()
+    output, truncated = reader.text()
+    code = None if timed_out else proc.returncode
+    return RunResult(code, output, timed_out, truncated, time.monotonic() - start, oom=oom)
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _CappedReader(threading.Thread):
+    """Drains a pipe; keeps the first quarter and the last three quarters of `cap` bytes."""
+
+    def __init__(self, stream, cap: int):
+        super().__init__(daemon=True)
+        self.stream, self.head_cap, self.tail_cap = stream, cap // 4, cap - cap // 4
+        self.head = bytearray()
+        self.tail: collections.deque[bytes] = collections.deque()
+        self.tail_len = 0
+        self.dropped = 0
+
+    def run(self) -> None:
+        while chunk := self.stream.read1(65536):
+            room = self.head_cap - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk:
+                self.tail.append(chunk)
+                self.tail_len += len(chunk)
+                while self.tail_len - len(self.tail[0]) >= self.tail_cap:
+                    self.tail_len -= len(first := self.tail.popleft())
+                    self.dropped += len(first)
+        self.stream.close()
+
+    def text(self) -> tuple[str, bool]:
+        tail = b"".join(self.tail)
+        if self.tail_len > self.tail_cap:
+            self.dropped += self.tail_len - self.tail_cap
+            tail = tail[-self.tail_cap :]
+        middle = f"\n[... {self.dropped} bytes of output dropped ...]\n".encode() if self.dropped else b""
+        return (bytes(self.head) + middle + tail).decode("utf-8", "replace"), self.dropped > 0
+
+
+def _read_status(fd: int) -> dict:
+    data = b""
+    while chunk := os.read(fd, 65536):
+        data += chunk
+    status: dict = {}
+    for line in data.decode(errors="replace").splitlines():
+        try:
+            status.update(json.loads(line))
+        except ValueError:
+            continue
+    return status
+
+
+def _python_dirs(python: str) -> list[str]:
+    """Installation prefixes of `python` and of every interpreter its symlinks lead to."""
+    dirs, path = [], Path(python)
+    for candidate in (path, path.resolve()):
+        prefix = str(candidate.parent.parent)
+        if prefix not in ("/", "/usr") and not any(prefix.startswith(d + "/") or prefix == d for d in _SYSTEM_DIRS):
+            dirs.append(prefix)
+    return sorted(set(dirs))
+
+
+def _sandbox_env(python: str) -> dict[str, str]:
+    return {
+        "PATH": f"{Path(python).parent}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",  # the repo copy is reused; stale .pyc must never mask a patch
+        "PYTHONHASHSEED": "0",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # pytest starts ~3x faster; projects needing plugins list them
+    }
+
+
+def _replace(result: RunResult, **changes) -> RunResult:
+    from dataclasses import replace
+
+    return replace(result, **changes)
+
+
+def _warn_without_cgroups(missing: bool) -> None:
+    global _cgroup_warned
+    if missing and not _cgroup_warned:
+        _cgroup_warned = True
+        log.warning("cgroup v1 memory/pids controllers are not writable here: only rlimits cap sandboxed commands")

@@ -1,0 +1,161 @@
+"""The environment side of one multi-turn agent episode.
+
+`EnvSession.open(task, config)` prepares a private writable copy of the task's
+base; `step(action_text)` parses one model turn with `engines.protocol` and runs
+the tool: view and edit/replace on the host (paths confined to the copy), bash
+and test inside the sandbox. Text that does not parse, a bad path or a failing
+command become observations, never exceptions. `patch()` is the diff of the copy
+against the base, taken here, never from the model's text.
+
+Methods block (the agent loop calls them through asyncio.to_thread); each session
+owns its copy and a lock, so sessions on different threads never interfere.
+Observations are short (config.observation_chars) for tiny context windows.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from engines.env.config import EnvConfig
+from engines.env.micro import numbered
+from engines.env.report import evaluate, frame_log
+from engines.env.sandbox import Runner, make_runner
+from engines.env.types import StepResult, Task
+from engines.env.workspace import Workspace
+from engines.protocol import Action, InvalidAction, parse_action
+
+_VIEW_LINES = 60  # lines shown by a bare `view PATH`
+
+
+class EnvSession:
+    def __init__(self, task: Task, config: EnvConfig, workspace: Workspace):
+        self.task, self.config, self.workspace = task, config, workspace
+        self.done = False
+        self._runner: Runner | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, task: Task, config: EnvConfig) -> "EnvSession":
+        return cls(task, config, Workspace.for_task(task, Path(config.scratch_dir) / "sessions"))
+
+    def prompt(self) -> str:
+        return self.task.problem_statement
+
+    def step(self, action_text: str) -> StepResult:
+        with self._lock:
+            if self.done:
+                return StepResult("the episode is over (submitted)", True)
+            action = parse_action(action_text)
+            if isinstance(action, InvalidAction):
+                return StepResult(self._clip(f"error: {action.message}"), False)
+            if action.tool == "submit":
+                self.done = True
+                return StepResult("submitted", True)
+            handler = getattr(self, f"_{action.tool}")
+            return StepResult(self._clip(handler(action)), False)
+
+    def patch(self) -> str:
+        with self._lock:
+            return self.workspace.diff()
+
+    def close(self) -> None:
+        self.workspace.destroy()
+
+    def __enter__(self) -> "EnvSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- tools ----------------------------------------------------------------------
+
+    def _view(self, action: Action) -> str:
+        lines, error = self._read(action.path)
+        if error:
+            return error
+        start = max(1, action.line or 1)
+        end = min(len(lines), action.end_line or start + _VIEW_LINES - 1)
+        if start > len(lines):
+            return f"error: {action.path} has {len(lines)} lines"
+        return numbered("\n".join(lines[start - 1 : end]), start)
+
+    def _edit(self, action: Action) -> str:
+        lines, error = self._read(action.path)
+        if error:
+            return error
+        if action.line > len(lines):
+            return f"error: {action.path} has {len(lines)} lines; edit a line between 1 and {len(lines)}"
+        new = action.body.split("\n") if action.body else []
+        lines[action.line - 1 : action.line] = new
+        self._write(action.path, lines)
+        shown = numbered("\n".join(new), action.line) if new else f"(line {action.line} deleted)"
+        return f"edited {action.path}\n{shown}"
+
+    def _replace(self, action: Action) -> str:
+        lines, error = self._read(action.path)
+        if error:
+            return error
+        text = "\n".join(lines)
+        count = text.count(action.old) if action.old else 0
+        if count != 1:
+            return f"error: the old text occurs {count} times in {action.path}; give text that occurs exactly once"
+        self._write(action.path, text.replace(action.old, action.new, 1).split("\n"))
+        return f"replaced in {action.path}"
+
+    def _bash(self, action: Action) -> str:
+        run = self._sandbox().run(action.body, self.workspace.root)
+        if not run.started:
+            return f"error: {run.infra_message}"
+        status = "timed out" if run.timed_out else f"exit {run.exit_code}"
+        return f"{run.output.rstrip()}\n({status})".lstrip()
+
+    def _test(self, action: Action) -> str:
+        """Run the visible tests (the task's FAIL_TO_PASS) and summarise per test."""
+        ids = list(self.task.FAIL_TO_PASS)
+        cmd = " ".join([self.task.test_cmd, *(_quote(t) for t in ids)])
+        run = self._sandbox().run(cmd, self.workspace.root)
+        if not run.started:
+            return f"error: {run.infra_message}"
+        if run.timed_out:
+            return "tests timed out"
+        rep = evaluate(frame_log(run.output, run.exit_code), self.task.log_parser, ids, [])
+        failed = [t for t, s in rep.statuses.items() if s not in ("PASSED", "XFAIL")]
+        head = f"{rep.f2p_passed} passed, {len(failed)} failed"
+        details = [line for line in run.output.splitlines() if line.startswith(("FAILED", "ERROR", "E "))][:6]
+        return "\n".join([head, *details])
+
+    # ---- helpers --------------------------------------------------------------------
+
+    def _sandbox(self) -> Runner:
+        if self._runner is None:
+            self._runner = make_runner(self.config)
+        return self._runner
+
+    def _read(self, rel: str | None) -> tuple[list[str], str]:
+        path = self.workspace.resolve(rel or "")
+        if path is None:
+            return [], f"error: {rel} is outside the repository"
+        if not path.is_file():
+            return [], f"error: no file {rel}"
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            return [], f"error: {rel} is not a text file"
+        lines = text.split("\n")
+        return (lines[:-1] if text.endswith("\n") else lines), ""
+
+    def _write(self, rel: str, lines: list[str]) -> None:
+        path = self.workspace.resolve(rel)
+        assert path is not None  # _read checked it
+        path.write_text("\n".join(lines) + "\n")
+
+    def _clip(self, text: str) -> str:
+        limit = self.config.observation_chars
+        return text if len(text) <= limit else text[: limit - 20] + "\n[... truncated]"
+
+
+def _quote(test_id: str) -> str:
+    import shlex
+
+    return shlex.quote(test_id)
