@@ -160,7 +160,7 @@ def rl_step(trainee: Trainee, episodes: pa.Table, cfg: TrainerConfig) -> dict[st
         if mb.valid.any():
             loads.append(trainee.replay.expert_load(mb.valid))
         ent_sum = float(ent[mb.loss_mask].sum())
-        sums += torch.tensor([float(s.loss), s.tokens, s.masked, s.mismatch_kl, ent_sum, float(aux)], dtype=torch.float64)
+        sums += torch.tensor([float(s.loss.detach()), s.tokens, s.masked, s.mismatch_kl, ent_sum, float(aux.detach())], dtype=torch.float64)
 
     sums = trainee.all_sum(sums)
     norm = torch.nn.utils.clip_grad_norm_(trainee.module.parameters(), cfg.grad_clip)

@@ -1,0 +1,72 @@
+"""Resumable trainer state through Accelerate: model, optimizer, scheduler, RNG, step.
+
+Layout under a state root (a local directory every rank can reach):
+
+    step-00000007/           complete state after step 7 (Accelerate's save_state files
+                             plus progress.json {"step": 7})
+    .step-00000008.tmp/      a save in progress; a crash leaves it, and it is ignored
+
+A save writes into the hidden staging directory, then the main process renames it
+to its final name: the rename is the commit, so a crash mid-save keeps the previous
+state. Older states beyond `keep_last` are deleted after the commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+from accelerate import Accelerator
+
+_STATE_RE = re.compile(r"^step-(\d{8})$")
+
+
+def state_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"step-{step:08d}"
+
+
+def list_states(root: Path) -> list[int]:
+    """Steps with a committed state, ascending."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    steps = [int(m.group(1)) for p in root.iterdir() if (m := _STATE_RE.match(p.name)) and (p / "progress.json").is_file()]
+    return sorted(steps)
+
+
+def save_state(accelerator: Accelerator, root: Path, step: int, keep_last: int = 2) -> Path:
+    """Save the state after `step` atomically; every rank must call this."""
+    root = Path(root)
+    staging = root / f".step-{step:08d}.tmp"
+    final = state_dir(root, step)
+    if accelerator.is_main_process:
+        shutil.rmtree(staging, ignore_errors=True)  # leftover of a crashed save
+        root.mkdir(parents=True, exist_ok=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(staging), safe_serialization=True)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        with open(staging / "progress.json", "w") as f:
+            json.dump({"step": step}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        if final.exists():  # a redone step: replace its older state
+            shutil.rmtree(final)
+        os.replace(staging, final)
+        for old in list_states(root)[:-keep_last]:
+            shutil.rmtree(state_dir(root, old), ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def load_latest_state(accelerator: Accelerator, root: Path) -> int | None:
+    """Restore the newest committed state; returns its step, or None when there is none."""
+    steps = list_states(root)
+    if not steps:
+        return None
+    path = state_dir(root, steps[-1])
+    accelerator.load_state(str(path))
+    return json.loads((path / "progress.json").read_text())["step"]

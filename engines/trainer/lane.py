@@ -1,0 +1,177 @@
+"""The trainer lane of the asynchronous RL loop; runnable under torchrun.
+
+    python -m engines.trainer.lane --config run.json        (a `LaneConfig` as JSON)
+    torchrun --nproc_per_node 2 -m engines.trainer.lane --config run.json
+
+For each step s from `first_step` on: wait until step s's rollouts are complete,
+train one optimizer step on them, export weights v = s + 1 to
+`storage.checkpoints.weights_uri(store, run, v)` and publish them, write the step's
+metrics row, then save the resumable state. `train_steps` is the same loop as a
+plain function (tests and Prefect tasks call it).
+
+Step completion (the contract with the rollout lane): step s is complete when its
+shard named `final` exists (`<root>/<run>/rollouts/step=<s>/final.parquet`); a lane
+that writes several shards writes `final` last. With `completion="any_shard"` any
+shard completes the step (for writers of exactly one shard per step).
+
+Crash and restart: the state is saved after publishing, so a restart resumes at the
+step after the newest saved state. A step whose state was not saved is redone from
+the same state and data and publishes the same version again (idempotent); no step
+is skipped and none is applied twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+import pyarrow.compute as pc
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from engines.model.load import load_moe_causal_lm, load_tokenizer
+from engines.trainer.checkpoint import load_latest_state, save_state
+from engines.trainer.config import TrainerConfig
+from engines.trainer.distributed import ddp_trainee, make_accelerator
+from engines.trainer.export import export_weights
+from engines.trainer.rl_step import rl_step
+from storage import checkpoints, shards
+from storage.config import StorageConfig
+from storage.fs import Store, open_store
+from storage.tables import write_step_metrics
+
+log = logging.getLogger("tandem.trainer")
+COMPLETE_SHARD = "final"
+_FORMAT_NAMES = {"fp32": "safetensors", "bf16": "safetensors", "fp8": "safetensors-fp8"}
+
+
+class LaneConfig(BaseModel):
+    """One trainer lane: which model, which run, which steps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_dir: str = Field(..., description="Starting weights: a local HF model dir or s3:// URL (e.g. the SFT export).")
+    storage: StorageConfig = Field(default_factory=StorageConfig, description="The lake holding the run.")
+    run: str = Field(..., description="Run name (rollouts are read from and weights published under it).")
+    first_step: int = Field(0, ge=0, description="First step to train (ignored when a saved state is newer).")
+    num_steps: int = Field(..., ge=1, description="Train steps first_step .. first_step + num_steps - 1.")
+    state_dir: str | None = Field(
+        None,
+        description="Local directory for resumable state; default <root>/<run>/trainer_state for a local root. "
+        "Required when the root is s3://.",
+    )
+    completion: Literal["final_shard", "any_shard"] = Field(
+        "final_shard", description="When a step's rollouts count as complete (see module docstring)."
+    )
+    poll_interval_s: float = Field(0.5, gt=0, description="Seconds between checks for the next step's rollouts.")
+    wait_timeout_s: float = Field(3600.0, gt=0, description="Give up waiting for one step's rollouts after this long.")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Optimizer, loss and export settings.")
+
+    @model_validator(mode="after")
+    def _state(self) -> LaneConfig:
+        if self.state_dir is None and self.storage.root.startswith("s3://"):
+            raise ValueError("state_dir: the storage root is s3://; give a local directory for the trainer state")
+        return self
+
+    def state_path(self) -> Path:
+        return Path(self.state_dir) if self.state_dir else Path(self.storage.root).absolute() / self.run / "trainer_state"
+
+
+def step_complete(store: Store, run: str, step: int, completion: str = "final_shard") -> bool:
+    if completion == "final_shard":
+        return shards.shard_exists(store, run, step, COMPLETE_SHARD)
+    path = store.path(f"{run}/rollouts/step={step}")
+    return bool(store.call("list shards", lambda: store.fs.glob(path + "/*.parquet")))
+
+
+def wait_for_step(store: Store, cfg: LaneConfig, step: int) -> None:
+    deadline = time.monotonic() + cfg.wait_timeout_s
+    while not step_complete(store, cfg.run, step, cfg.completion):
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"rollouts of step {step} of run {cfg.run!r} under {store.display} were not complete after "
+                f"{cfg.wait_timeout_s:.0f} s (waiting for shard {COMPLETE_SHARD!r}): is the rollout lane running?"
+            )
+        time.sleep(cfg.poll_interval_s)
+
+
+def rollout_metrics(episodes, step: int) -> dict:
+    """Columns of the steps table that describe the step's episodes."""
+    def mean(col):
+        v = pc.mean(pc.cast(episodes.column(col), "float64")).as_py()
+        return v if v is not None and not math.isnan(v) else None
+
+    min_version = pc.min(episodes.column("min_policy_version")).as_py()
+    return {
+        "reward_mean": mean("reward"),
+        "pass_rate": mean("resolved"),
+        "staleness_max": None if min_version is None else step - min_version,
+        "completion_tokens": int(pc.sum(episodes.column("num_completion_tokens")).as_py() or 0)
+        or sum(len(c) for c in episodes.column("completion_ids").to_pylist()),
+    }
+
+
+def train_steps(cfg: LaneConfig) -> list[dict]:
+    """Run the lane's steps (resuming from saved state); returns each trained step's metrics."""
+    torch.manual_seed(cfg.trainer.seed)
+    store = open_store(cfg.storage)
+    accelerator = make_accelerator()
+    model = load_moe_causal_lm(cfg.model_dir)
+    tokenizer = load_tokenizer(cfg.model_dir)
+    trainee = ddp_trainee(model, cfg.trainer, accelerator)
+    saved = load_latest_state(accelerator, cfg.state_path())
+    start = cfg.first_step if saved is None else max(cfg.first_step, saved + 1)
+    if saved is not None:
+        log.info("resuming run %s after step %d (state %s)", cfg.run, saved, cfg.state_path())
+    results = []
+    for step in range(start, cfg.first_step + cfg.num_steps):
+        wait_for_step(store, cfg, step)
+        episodes = shards.read_step(store, cfg.run, step)
+        t0 = time.perf_counter()
+        metrics = rl_step(trainee, episodes, cfg.trainer)
+        metrics["training_s"] = time.perf_counter() - t0
+        version = step + 1
+        metrics["policy_version"] = version
+        if accelerator.is_main_process:
+            uri = checkpoints.weights_uri(store, cfg.run, version)
+            export_weights(trainee.module, tokenizer, uri, cfg.trainer.export_format, store=store)
+            checkpoints.publish(store, cfg.run, version, step, uri, _FORMAT_NAMES[cfg.trainer.export_format])
+            metrics.update(rollout_metrics(episodes, step))
+            write_step_metrics(store, cfg.run, step, metrics)
+            log.info("step %d: %s", step, _summary(metrics))
+        accelerator.wait_for_everyone()
+        save_state(accelerator, cfg.state_path(), step, cfg.trainer.keep_last_states)
+        results.append(metrics)
+    trainee.replay.close()
+    return results
+
+
+def _summary(m: dict) -> str:
+    if m.get("skipped"):
+        return f"SKIPPED ({'no trainable tokens' if m.get('skip_reason_no_tokens') else 'non-finite loss or gradient'})"
+    keys = ("loss", "reward_mean", "mismatch_kl", "masked_fraction", "entropy", "grad_norm", "trained_tokens")
+    return " ".join(f"{k}={m[k]:.4g}" for k in keys if m.get(k) is not None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="JSON file holding a LaneConfig")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[trainer] %(message)s", stream=sys.stdout)
+    cfg = LaneConfig.model_validate(json.loads(Path(args.config).read_text()))
+    train_steps(cfg)
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
