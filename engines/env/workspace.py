@@ -72,7 +72,7 @@ def base_files(task: Task) -> Files:
     if meta.get("bug_patch"):
         files = apply_to_files(files, meta["bug_patch"], what=f"task {task.instance_id}: bug_patch")
     with _cache_lock:
-        if len(_base_cache) > 256:
+        if len(_base_cache) > 64:  # a real-repo base is about 1 MB
             _base_cache.clear()
         _base_cache[key] = files
     return files

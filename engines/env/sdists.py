@@ -1,0 +1,107 @@
+"""Source distributions from PyPI: pinned by version and sha256, cached outside the repo.
+
+`pip download` fetches the sdist at build time (no sdist is ever committed); the
+archive's sha256 must equal the pin, so a corpus is rebuilt from exactly the same
+code. Archives are cached under ~/.cache/tandem-rl/sdists (TANDEM_CACHE moves it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from engines.env.errors import BuildError
+
+
+@dataclass(frozen=True)
+class SdistPin:
+    name: str
+    version: str
+    sha256: str
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}=={self.version}"
+
+    @classmethod
+    def parse(cls, text: str) -> "SdistPin":
+        """'name' (a default pin) or 'name==version:sha256'."""
+        if "==" not in text:
+            for pin in DEFAULT_PINS:
+                if pin.name == text:
+                    return pin
+            raise BuildError(f"no default pin for {text!r}; give 'name==version:sha256' (defaults: {[p.name for p in DEFAULT_PINS]})")
+        name, _, rest = text.partition("==")
+        version, _, sha = rest.partition(":")
+        if len(sha) != 64:
+            raise BuildError(f"{text!r}: give the sdist's sha256 after the version, as 'name==version:<64 hex digits>'")
+        return cls(name, version, sha.lower())
+
+
+# Pure-Python projects whose sdists ship pytest suites that run in seconds.
+DEFAULT_PINS = (
+    SdistPin("toolz", "1.2.0", "9667a038e9d6ecba37995e26cb2f59ec6420b6ad8dd9677de59db9b956b08490"),
+    SdistPin("funcy", "2.1", "8979feb3de7120afd1d00e5a8eae810c1942e4bfbc91697151e9ee1e49f79284"),
+    SdistPin("cachetools", "8.0.2", "30ac523adfc118b51d2b2e7bad8a0ddb31370dfe2700c7f10ca224f36ccf81e0"),
+    SdistPin("tinydb", "4.9.0", "6928b1fa785186bda7952a0ba05aaeedc883ede565ca9c7d608de44e5e75de70"),
+    SdistPin("voluptuous", "0.16.0", "006535e22fed944aec17bef6e8725472476194743c87bd233e912eb463f8ff05"),
+    SdistPin("xmltodict", "1.0.4", "6d94c9f834dd9e44514162799d344d815a3a4faec913717a9ecbfa5be1bb8e61"),
+)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TANDEM_CACHE", Path.home() / ".cache" / "tandem-rl")) / "sdists"
+
+
+def fetch_sdist(pin: SdistPin, cache: Path | None = None) -> Path:
+    """The pinned archive, downloaded once; raises BuildError on a hash mismatch."""
+    cache = cache or cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    for path in cache.glob(f"{pin.name}-{pin.version}.*"):
+        if _sha256(path) == pin.sha256:
+            return path
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:", "-d", tmp, pin.spec]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        files = list(Path(tmp).iterdir())
+        if proc.returncode != 0 or len(files) != 1:
+            raise BuildError(f"{pin.spec}: pip download failed ({proc.stderr.strip()[-300:]}); check the name and version on PyPI")
+        digest = _sha256(files[0])
+        if digest != pin.sha256:
+            raise BuildError(f"{pin.spec}: sha256 {digest} does not match the pin {pin.sha256}; update the pin only if you trust the new file")
+        dest = cache / files[0].name
+        shutil.move(files[0], dest)
+        return dest
+
+
+def extract_sdist(archive: Path, dest: Path) -> Path:
+    """Unpack to `dest` (safe extraction: no absolute paths, links or escapes); returns the project root."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as z:
+                for name in z.namelist():
+                    if name.startswith("/") or ".." in Path(name).parts:
+                        raise BuildError(f"{archive.name}: unsafe path {name!r} in the archive")
+                z.extractall(tmp)
+        else:
+            with tarfile.open(archive) as t:
+                t.extractall(tmp, filter="data")
+        entries = list(Path(tmp).iterdir())
+        root = entries[0] if len(entries) == 1 and entries[0].is_dir() else Path(tmp)
+        shutil.copytree(root, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+    return dest
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
