@@ -30,6 +30,7 @@ TEST_CMD = "python -m pytest -rA -q -p no:cacheprovider -o addopts= --tb=line"
 LOG_PARSER = "parse_log_pytest"
 _NAMES = ["area", "clip", "diff", "step", "mix", "span", "pick", "gap", "tally", "shift", "score", "scale", "fold", "bump", "cap", "edge"]
 _CASES_PER_FUNCTION = 2
+_MAX_LINES = 20  # module size bound: the whole oracle episode stays near 150 tokens
 
 
 def numbered(text: str, start: int = 1) -> str:
@@ -58,9 +59,11 @@ def _int_body(rng: random.Random) -> list[str]:
 def _module(rng: random.Random) -> str:
     names = rng.sample(_NAMES, rng.randint(2, 4))
     lines: list[str] = []
-    for name in names:
-        lines.append(f"def {name}(a, b):")
-        lines += ["    " + line for line in _int_body(rng)]
+    for i, name in enumerate(names):
+        body = ["    " + line for line in _int_body(rng)]
+        if i >= 2 and len(lines) + 1 + len(body) > _MAX_LINES:
+            break
+        lines += [f"def {name}(a, b):", *body]
     return "\n".join(lines)  # no blank lines: every line costs prompt tokens
 
 

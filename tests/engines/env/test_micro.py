@@ -1,0 +1,60 @@
+import ast
+from collections import Counter
+
+from engines.env.micro import MODULE, generate_micro_tasks, oracle_messages
+from engines.env.workspace import apply_to_files, base_files
+from engines.protocol import Action, parse_action, render_messages
+
+
+def test_generation_is_deterministic_and_ids_are_unique():
+    a, b = generate_micro_tasks(30, seed=3), generate_micro_tasks(30, seed=3)
+    assert a == b
+    assert len({t.instance_id for t in a}) == 30
+    assert generate_micro_tasks(5, seed=4)[0] != a[0]
+
+
+def test_tasks_have_the_promised_shape():
+    tasks = generate_micro_tasks(300, seed=11, split="heldout")
+    kinds = Counter(t.meta()["bug"] for t in tasks)
+    assert set(kinds) == {"arithmetic", "comparison", "constant", "swapped_operands", "removed_not", "removed_minus"}
+    for task in tasks:
+        files = base_files(task)
+        module = files[MODULE].decode()
+        functions = [n for n in ast.parse(module).body if isinstance(n, ast.FunctionDef)]
+        assert 2 <= len(functions) <= 4 and 5 <= len(module.splitlines()) <= 20
+        assert task.split == "heldout" and task.env_name == "micro" and task.FAIL_TO_PASS
+        assert set(task.FAIL_TO_PASS).isdisjoint(task.PASS_TO_PASS)
+        # the statement shows the numbered buggy line and the failing call, never the fix
+        line = task.meta()["line"]
+        assert f"\n{line} {module.splitlines()[line - 1]}" in task.problem_statement
+        assert "expected" in task.problem_statement and "got" in task.problem_statement
+
+
+def test_gold_patch_restores_a_module_that_passes_its_own_tests():
+    for task in generate_micro_tasks(50, seed=5):
+        fixed = apply_to_files(base_files(task), task.patch, what=task.instance_id)
+        namespace: dict = {}
+        exec(fixed[MODULE].decode(), namespace)
+        exec(fixed["test_m.py"].decode().replace("from m import", "# from m import"), namespace)
+        for test_id in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS):
+            namespace[test_id.split("::")[1]]()  # raises AssertionError if the fix were wrong
+
+
+def test_oracle_episode_follows_the_protocol_and_is_compact(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from engines.model.tokenizer import train_tokenizer
+
+    tasks = generate_micro_tasks(200, seed=2)
+    episodes = [oracle_messages(t) for t in tasks[:40]]
+    for task, messages in zip(tasks, episodes):
+        assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+        assert messages[0]["content"] == task.problem_statement
+        action = parse_action(messages[1]["content"])
+        assert isinstance(action, Action) and action.tool == "edit" and action.line == task.meta()["line"]
+        assert parse_action(messages[3]["content"]) == Action("submit")
+        assert messages[2]["content"].startswith(f"edited {MODULE}")
+    tokenizer = train_tokenizer([render_messages(oracle_messages(t)) for t in tasks[40:]], vocab_size=1024)
+    lengths = [len(tokenizer(render_messages(m))["input_ids"]) for m in episodes]
+    assert sum(lengths) / len(lengths) < 200, lengths  # about 150 tokens with a 1,024-token BPE
+    assert max(lengths) < 256
