@@ -1,0 +1,125 @@
+"""The `tandem` command line. One typer app; each subcommand is a thin shell over a
+library function, and every failure a user can cause ends as one line on stderr
+(`error: ...`) with exit status 1, never a traceback.
+
+    tandem query "SELECT step, avg(reward) FROM rollouts GROUP BY step" --run tiny
+
+Owns argument parsing and output formatting only. Subcommands that belong to other
+parts of the project (`tandem run`, `tandem tasks build`, ...) live in their own
+modules and are registered at the bottom of this file with `app.command()` or
+`app.add_typer()`.
+"""
+
+from __future__ import annotations
+
+import csv
+import enum
+import json
+import logging
+import sys
+from datetime import date, datetime, time
+from decimal import Decimal
+from typing import Annotated, Any, NoReturn
+
+import duckdb
+import pyarrow as pa
+import typer
+
+from storage.errors import StorageError
+from storage.fs import open_store
+from storage.query import connect
+
+app = typer.Typer(
+    name="tandem",
+    help="Asynchronous RL post-training of MoE models on software-engineering tasks.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+class OutputFormat(str, enum.Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+@app.callback()
+def _root() -> None:
+    """Keeps `tandem` a group of subcommands even while it has only a few."""
+
+
+@app.command("query")
+def query_command(
+    sql: Annotated[str, typer.Argument(help="SQL over the views rollouts, steps, tasks and checkpoints.")],
+    run: Annotated[str | None, typer.Option("--run", help="Only this run (default: every run under the root).")] = None,
+    root: Annotated[
+        str,
+        typer.Option("--root", envvar="TANDEM_ROOT", help="Lake root: a directory or s3://bucket/prefix."),
+    ] = "runs",
+    output: Annotated[OutputFormat, typer.Option("--format", help="table for people, csv or json for programs.")] = OutputFormat.table,
+    max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Rows shown by --format table.")] = 100,
+) -> None:
+    """Run SQL over the trajectory lake and print the result."""
+    try:
+        lake = connect(open_store(root), run)
+        for url, reason in lake.skipped.items():
+            _say("warning", f"left out {url}: {reason}")
+        relation = lake.sql(sql)
+        result = relation.to_arrow_table() if relation is not None else None
+    except (StorageError, ValueError, duckdb.Error) as exc:
+        _fail(exc)
+    if result is None:
+        return
+    if output is OutputFormat.table:
+        typer.echo(lake.con.from_arrow(result).preview(limit=max_rows).rstrip())
+    elif output is OutputFormat.csv:
+        _write_csv(result)
+    else:
+        typer.echo(json.dumps(result.to_pylist(), default=_json_value, ensure_ascii=False))
+
+
+def _write_csv(table: pa.Table) -> None:
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(table.column_names)
+    for row in table.to_pylist():
+        writer.writerow([_csv_value(row[name]) for name in table.column_names])
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=_json_value, ensure_ascii=False)
+    return _json_value(value) if isinstance(value, (bytes, datetime, date, time, Decimal)) else value
+
+
+def _json_value(value: Any) -> Any:
+    """JSON for the types DuckDB returns that json cannot write."""
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()  # routed experts and other blobs
+    if isinstance(value, Decimal):
+        return float(value)
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def _say(level: str, message: str) -> None:
+    typer.echo(f"{level}: {' '.join(message.split())}", err=True)
+
+
+def _fail(exc: Exception) -> NoReturn:
+    _say("error", str(exc))
+    raise typer.Exit(1)
+
+
+def main() -> None:
+    """Entry point of the `tandem` console command."""
+    # Library warnings (files left out of views) are already reported by the command.
+    logging.basicConfig(level=logging.ERROR)
+    app()
+
+
+# Subcommands from other modules are registered below.
+
+if __name__ == "__main__":
+    main()
