@@ -44,12 +44,12 @@ def grade(task: Task, patch: str, config: EnvConfig) -> GradeResult:
         return pool.grade_one(task, patch)
 
 
-def test_files_of(task: Task) -> frozenset[str]:
+def protected_files(task: Task) -> frozenset[str]:
     files = {t.split("::")[0] for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)}
     return frozenset(files | set(task.meta().get("test_files", [])))
 
 
-def tests_command(task: Task) -> str:
+def targeted_command(task: Task) -> str:
     return " ".join([task.test_cmd, *(shlex.quote(t) for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS))])
 
 
@@ -119,7 +119,7 @@ def _grade(task: Task, patch: str, config: EnvConfig, runner: Runner, slot: _Slo
         return _result(task, start, notes=f"patch must be text, got {type(patch).__name__}", applied=False)
     if len(patch.encode("utf-8", "surrogateescape")) > config.max_patch_bytes:
         return _result(task, start, notes=f"patch larger than max_patch_bytes={config.max_patch_bytes}; not applied", applied=False)
-    filtered = filter_patch(patch, test_files_of(task))
+    filtered = filter_patch(patch, protected_files(task))
     if filtered.error:
         return _result(task, start, notes=filtered.error, applied=False)
     dropped = f"dropped files outside the allowlist: {', '.join(filtered.dropped)}" if filtered.dropped else ""
@@ -129,7 +129,7 @@ def _grade(task: Task, patch: str, config: EnvConfig, runner: Runner, slot: _Slo
         return _result(task, start, notes=f"patch does not apply: {error}", applied=False)
     if task.test_patch and (error := ws.apply(task.test_patch)):
         raise TaskError(f"test_patch does not apply on the base ({error}); fix the task")
-    run = runner.run(tests_command(task), ws.root)
+    run = runner.run(targeted_command(task), ws.root)
     ws.reset()  # leave nothing behind for the next grade on this copy
     if not run.started:
         return _result(task, start, infra=run.infra_message)

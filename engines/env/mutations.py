@@ -52,6 +52,7 @@ def mutations(text: str) -> list[Mutation]:
 
 
 def _walk_body(func: ast.AST) -> Iterator[ast.AST]:
+    yield func  # its own body: statements that may be removed
     for stmt in func.body:
         yield from ast.walk(stmt)
 

@@ -1,0 +1,71 @@
+"""EnvSession: the tools of one episode, the diff it takes, and isolation between sessions."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from engines.env.grader import grade
+from engines.env.micro import oracle_action
+from engines.env.session import EnvSession
+from engines.protocol import render_action
+
+from .conftest import needs_bwrap
+
+
+def test_view_edit_replace_and_errors_never_raise(micro_tasks, env_config):
+    task = micro_tasks[0]
+    with EnvSession.open(task, env_config) as s:
+        assert s.prompt() == task.problem_statement
+        assert s.step("view m.py 1 2").observation.startswith("1 def ")
+        assert "unknown tool" in s.step("frobnicate").observation
+        assert "outside the repository" in s.step("view ../../etc/passwd").observation
+        assert "no file" in s.step("view nope.py").observation
+        assert "has" in s.step("edit m.py 999\nx = 1").observation
+        obs = s.step("replace m.py\ndef \n=====\ndef ").observation
+        assert "occurs" in obs  # ambiguous old text
+        assert s.patch() == ""
+        first = s.step("view m.py 1 1").observation.split(" ", 1)[1]
+        assert s.step(f"replace m.py\n{first}\n=====\n{first}  # touched").observation == "replaced in m.py"
+        assert "# touched" in s.patch() and s.patch().startswith("diff --git a/m.py b/m.py")
+        result = s.step("submit")
+        assert result.done and s.step("view m.py").done
+
+
+def test_oracle_episode_in_a_session_yields_a_resolving_patch(micro_tasks, env_config):
+    task = micro_tasks[1]
+    with EnvSession.open(task, env_config) as s:
+        obs = s.step(render_action(oracle_action(task))).observation
+        assert obs.startswith("edited m.py")
+        assert s.step("submit").done
+        patch = s.patch()
+    assert grade(task, patch, env_config).resolved
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_bash_and_test_tools_run_in_the_sandbox(micro_tasks, env_config):
+    task = micro_tasks[2]
+    with EnvSession.open(task, env_config) as s:
+        obs = s.step("bash\npwd; ls").observation
+        assert "/repo" in obs and "m.py" in obs and "(exit 0)" in obs
+        before = s.step("test").observation
+        assert before.startswith(f"0 passed, {len(task.FAIL_TO_PASS)} failed")
+        s.step(render_action(oracle_action(task)))
+        after = s.step("test").observation
+        assert after.startswith(f"{len(task.FAIL_TO_PASS)} passed, 0 failed")
+        # the diff is taken by the environment: what bash wrote counts, what the model claims does not
+        s.step("bash\necho 'extra = 1' >> m.py")
+        assert "+extra = 1" in s.patch()
+
+
+def test_sessions_on_threads_do_not_interfere(micro_tasks, env_config):
+    def episode(task):
+        with EnvSession.open(task, env_config) as s:
+            s.step(render_action(oracle_action(task)))
+            return s.patch()
+
+    tasks = micro_tasks[:8]
+    with ThreadPoolExecutor(4) as pool:
+        patches = list(pool.map(episode, tasks))
+    for task, patch in zip(tasks, patches):
+        assert patch == task.patch
