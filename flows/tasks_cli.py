@@ -1,0 +1,84 @@
+"""`tandem tasks ...`: build and validate task corpora from the command line.
+
+    tandem tasks build --out corpus/                     # default pinned projects
+    tandem tasks build --out c/ -p toolz -p funcy --tasks-per-project 10
+    tandem tasks build --out c/ --no-default-projects --micro-train 2000 --micro-heldout 200
+
+A thin shell over engines.env.builder / micro / corpus: it prints per-project
+counts (tests, stable tests, mutants tried, kept, held out, rejection reasons) and
+ends any user-caused failure as one `error: ...` line with exit status 1.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from engines.env.builder import BuildConfig, build_corpus
+from engines.env.config import EnvConfig
+from engines.env.corpus import export_jsonl, load_corpus, save_corpus
+from engines.env.errors import EnvError
+from engines.env.micro import generate_micro_tasks
+from engines.env.sdists import DEFAULT_PINS
+
+app = typer.Typer(name="tasks", help="Build and validate task corpora.", no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_enable=False)
+
+
+@app.callback()
+def _group() -> None:
+    """Build and validate task corpora."""
+
+
+@app.command("build")
+def build(
+    out: Annotated[Path, typer.Option(help="Corpus directory (tasks.parquet + snapshots/).")],
+    project: Annotated[Optional[list[str]], typer.Option("--project", "-p", help="A default pin name or 'name==version:sha256'; repeatable. Default: all pinned projects.")] = None,
+    default_projects: Annotated[bool, typer.Option(help="Build the pinned projects when no --project is given.")] = True,
+    tasks_per_project: Annotated[int, typer.Option(help="Validated tasks wanted per project.")] = 45,
+    max_mutants: Annotated[int, typer.Option(help="Most mutants tried per project.")] = 400,
+    heldout_fraction: Annotated[float, typer.Option(help="Share of real-project tasks in the held-out split.")] = 0.2,
+    micro_train: Annotated[int, typer.Option(help="Micro tasks to add to the train split.")] = 0,
+    micro_heldout: Annotated[int, typer.Option(help="Micro tasks to add to the held-out split.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of mutant order and micro generation.")] = 0,
+    workers: Annotated[int, typer.Option(help="Parallel sandboxed runs; 0 = bounded by cores and memory.")] = 0,
+    jsonl: Annotated[Optional[Path], typer.Option(help="Also export the corpus as SWE-bench-style JSONL here.")] = None,
+) -> None:
+    """Build a corpus: real-project tasks from pinned sdists, plus optional micro tasks."""
+    start = time.monotonic()
+    try:
+        projects = project or ([p.name for p in DEFAULT_PINS] if default_projects else [])
+        tasks, reports = [], []
+        if projects:
+            config = BuildConfig(projects=projects, tasks_per_project=tasks_per_project, max_mutants_per_project=max_mutants,
+                                 heldout_fraction=heldout_fraction, seed=seed, env=EnvConfig(workers=workers))
+            tasks, reports = build_corpus(config, out, log=lambda m: typer.echo(m, err=True))
+        if micro_train:
+            tasks += generate_micro_tasks(micro_train, seed)
+        if micro_heldout:
+            tasks += generate_micro_tasks(micro_heldout, seed + 1, split="heldout")
+        if not tasks:
+            raise EnvError("nothing to build: give --project, keep --default-projects, or ask for micro tasks")
+        save_corpus(tasks, out)
+        loaded = load_corpus(out)  # the corpus reads back: the check users would run next
+        if jsonl:
+            export_jsonl(loaded, jsonl)
+    except (EnvError, ValueError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"{'project':<12} {'version':<8} {'tests':>6} {'stable':>6} {'mutants':>7} {'kept':>5} {'heldout':>7} {'seconds':>7}")
+    for r in reports:
+        typer.echo(f"{r.name:<12} {r.version:<8} {r.tests_total:>6} {r.tests_stable:>6} {r.mutants_tried:>7} {r.kept:>5} {r.heldout:>7} {r.seconds:>7.0f}")
+    micro = [t for t in loaded if t.env_name == "micro"]
+    if micro:
+        typer.echo(f"{'micro':<12} {'-':<8} {'-':>6} {'-':>6} {'-':>7} {len(micro):>5} {sum(t.split == 'heldout' for t in micro):>7} {'-':>7}")
+    typer.echo(f"total {len(loaded)} tasks ({sum(t.split == 'heldout' for t in loaded)} held out) "
+               f"in {time.monotonic() - start:.0f}s -> {out / 'tasks.parquet'}")
+
+
+if __name__ == "__main__":
+    sys.exit(app())
