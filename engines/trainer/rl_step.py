@@ -104,6 +104,28 @@ def load_balancing_loss(router_logits: tuple[torch.Tensor, ...], used: list[torc
     return total / len(router_logits)
 
 
+def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> float:
+    """Global gradient norm, then clip. Works when gradients are DTensors on different
+    meshes (expert-parallel experts beside FSDP-sharded dense weights), where
+    torch's clip_grad_norm_ refuses to stack norms of different meshes."""
+    by_mesh: dict[object, list[torch.Tensor]] = {}
+    for p in params:
+        if p.grad is not None:
+            by_mesh.setdefault(getattr(p.grad, "device_mesh", None), []).append(p.grad)
+    squares = []
+    for grads in by_mesh.values():
+        n = torch.nn.utils.get_total_norm(grads)
+        squares.append((n.full_tensor() if hasattr(n, "full_tensor") else n).float() ** 2)
+    total = torch.stack(squares).sum().sqrt() if squares else torch.zeros(())
+    norm = float(total)
+    if math.isfinite(norm) and norm > max_norm:
+        scale = max_norm / (norm + 1e-6)
+        for grads in by_mesh.values():
+            for g in grads:
+                g.mul_(scale)
+    return norm
+
+
 def _micro_batches(episodes: list[Episode], cfg: TrainerConfig) -> list[Batch]:
     if not episodes:
         return []
@@ -163,8 +185,7 @@ def rl_step(trainee: Trainee, episodes: pa.Table, cfg: TrainerConfig) -> dict[st
         sums += torch.tensor([float(s.loss.detach()), s.tokens, s.masked, s.mismatch_kl, ent_sum, float(aux.detach())], dtype=torch.float64)
 
     sums = trainee.all_sum(sums)
-    norm = torch.nn.utils.clip_grad_norm_(trainee.module.parameters(), cfg.grad_clip)
-    grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # DTensor under FSDP2
+    grad_norm = clip_grad_norm(list(trainee.module.parameters()), cfg.grad_clip)
     loss_value = float(sums[0] / global_tokens)
     metrics.update(
         loss=loss_value,
