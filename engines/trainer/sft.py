@@ -1,0 +1,117 @@
+"""Warm-start supervised fine-tuning on demonstrations (e.g. the oracle episodes of
+the micro tasks), so RL starts from a policy that sometimes succeeds.
+
+A conversation is a list of messages in the agent protocol (engines/protocol.py:
+roles user / assistant / tool). It is tokenised piece by piece exactly as the chat
+template renders it, `<|role|>content<|end|>`, and the loss covers the content and
+`<|end|>` of assistant turns only (the `<|assistant|>` token is given by the
+generation prompt). Conversations are packed like RL episodes. Training stops at
+`max_steps` or `max_seconds`, whichever comes first, printing a progress line every
+`log_every` steps; the weights are then exported like an RL step's.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engines.model.load import load_moe_causal_lm, load_tokenizer
+from engines.protocol import END, ROLE_TOKEN
+from engines.trainer.config import TrainerConfig
+from engines.trainer.export import export_weights
+from engines.trainer.packing import Batch, Episode, make_batch
+from engines.trainer.rl_step import clip_grad_norm, make_optimizer
+
+
+def conversation_episode(tokenizer, messages: list[dict[str, str]], where: str = "conversation") -> Episode:
+    """Token ids of a conversation with the loss on assistant content and its `<|end|>`."""
+    ids: list[int] = []
+    mask: list[bool] = []
+    end = tokenizer.convert_tokens_to_ids(END)
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role not in ROLE_TOKEN:
+            raise ValueError(f"{where}, message {i}: role {role!r} is not one of {sorted(ROLE_TOKEN)}")
+        body = tokenizer.encode(m.get("content", ""), add_special_tokens=False) + [end]
+        ids += [tokenizer.convert_tokens_to_ids(ROLE_TOKEN[role])] + body
+        mask += [False] + [role == "assistant"] * len(body)
+    if not any(mask):
+        raise ValueError(f"{where} has no assistant message: nothing to learn from")
+    a = np.asarray(ids, np.int64)
+    return Episode(a[:-1], a[1:], np.asarray(mask[1:], bool), np.zeros(len(a) - 1, np.float32), 1.0, None)
+
+
+def nll_sum(model, batch: Batch) -> tuple[torch.Tensor, int]:
+    """Summed negative log-likelihood of the loss tokens, and their count."""
+    logits = model(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False).logits
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)
+    return -(logp[batch.loss_mask]).sum(), batch.num_loss_tokens
+
+
+@torch.no_grad()
+def mean_nll(model, episodes: list[Episode], seq_len: int) -> float:
+    """Mean per-token loss of `model` on `episodes` (for before/after comparisons)."""
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(episodes), 64):
+        s, n = nll_sum(model, make_batch(episodes[i : i + 64], seq_len))
+        total, count = total + float(s), count + n
+    return total / max(1, count)
+
+
+def sft_train(model, episodes: list[Episode], cfg: TrainerConfig, log=print) -> list[float]:
+    """Train `model` in place; returns the loss of every step."""
+    sft = cfg.sft
+    opt, sched = make_optimizer(model, cfg, lr=sft.lr, warmup=sft.warmup_steps)
+    rng = random.Random(cfg.seed)
+    order: list[int] = []
+    losses: list[float] = []
+    start = time.monotonic()
+    step = 0
+    model.train()
+    while (sft.max_steps is None or step < sft.max_steps) and (
+        sft.max_seconds is None or time.monotonic() - start < sft.max_seconds
+    ):
+        if len(order) < sft.batch_size:  # reshuffled epochs
+            more = list(range(len(episodes)))
+            rng.shuffle(more)
+            order += more
+        picked, order = order[: sft.batch_size], order[sft.batch_size :]
+        batch = make_batch([episodes[i] for i in picked], cfg.seq_len)
+        loss_sum, n = nll_sum(model, batch)
+        loss = loss_sum / n
+        if not torch.isfinite(loss):
+            opt.zero_grad(set_to_none=True)
+            log(f"[sft] step {step + 1}: non-finite loss, step skipped")
+        else:
+            loss.backward()
+            clip_grad_norm(list(model.parameters()), cfg.grad_clip)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+        step += 1
+        losses.append(float(loss.detach()))
+        if step % sft.log_every == 0 or step == 1:
+            recent = [x for x in losses[-sft.log_every :] if math.isfinite(x)]
+            log(f"[sft] step {step} loss {np.mean(recent) if recent else float('nan'):.4f} "
+                f"lr {sched.get_last_lr()[0]:.2e} elapsed {time.monotonic() - start:.1f}s")  # fmt: skip
+    return losses
+
+
+def sft(model_dir: str, conversations: list[list[dict[str, str]]], out_dir: str, cfg: TrainerConfig | None = None, log=print) -> Path:
+    """Fine-tune the model of `model_dir` on `conversations`; export to `out_dir` and return it."""
+    cfg = cfg or TrainerConfig()
+    if not conversations:
+        raise ValueError("sft: no conversations given")
+    torch.manual_seed(cfg.seed)
+    tokenizer = load_tokenizer(model_dir)
+    model = load_moe_causal_lm(model_dir)
+    episodes = [conversation_episode(tokenizer, c, f"conversation {i}") for i, c in enumerate(conversations)]
+    sft_train(model, episodes, cfg, log)
+    export_weights(model, tokenizer, str(out_dir), cfg.export_format)
+    return Path(out_dir)

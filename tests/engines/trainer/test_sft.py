@@ -1,0 +1,53 @@
+import numpy as np
+import pytest
+
+from engines.model.load import load_moe_causal_lm, load_tokenizer
+from engines.protocol import render_messages
+from engines.trainer.config import SFTConfig, TrainerConfig
+from engines.trainer.sft import conversation_episode, mean_nll, sft
+
+CONV = [
+    {"role": "user", "content": "def add(a, b):\n    return a - b\n"},
+    {"role": "assistant", "content": "edit m.py 2\n    return a + b"},
+    {"role": "tool", "content": "ok"},
+    {"role": "assistant", "content": "submit"},
+]
+
+
+def test_tokens_match_the_chat_template_and_loss_covers_assistant_turns(tiny_model_dir):
+    tok = load_tokenizer(tiny_model_dir)
+    e = conversation_episode(tok, CONV)
+    full = tok.encode(render_messages(CONV), add_special_tokens=False)
+    assert [*e.input_ids, e.targets[-1]] == full
+    learned = tok.decode(e.targets[e.loss_mask].tolist())
+    assert learned == "edit m.py 2\n    return a + b<|end|>submit<|end|>"
+
+
+def test_conversation_errors_name_the_problem(tiny_model_dir):
+    tok = load_tokenizer(tiny_model_dir)
+    with pytest.raises(ValueError, match="conversation 3, message 0: role 'system'"):
+        conversation_episode(tok, [{"role": "system", "content": "x"}], "conversation 3")
+    with pytest.raises(ValueError, match="no assistant message"):
+        conversation_episode(tok, [{"role": "user", "content": "x"}])
+    with pytest.raises(ValueError, match="max_steps or max_seconds"):
+        SFTConfig(max_steps=None, max_seconds=None)
+
+
+def test_sft_lowers_the_loss_and_exports(tiny_model_dir, tmp_path):
+    rng = np.random.default_rng(0)
+    convs = []
+    for _ in range(64):
+        a, b = rng.integers(1, 9, 2)
+        convs.append([
+            {"role": "user", "content": f"def f(x):\n    return x * {a} - {b}\n"},
+            {"role": "assistant", "content": f"edit m.py 2\n    return x * {a} + {b}"},
+        ])  # fmt: skip
+    cfg = TrainerConfig(seq_len=128, sft=SFTConfig(max_steps=30, batch_size=16, log_every=10))
+    tok = load_tokenizer(tiny_model_dir)
+    eps = [conversation_episode(tok, c) for c in convs]
+    before = mean_nll(load_moe_causal_lm(tiny_model_dir), eps, 128)
+    lines = []
+    out = sft(str(tiny_model_dir), convs, str(tmp_path / "sft"), cfg, log=lines.append)
+    after = mean_nll(load_moe_causal_lm(out), eps, 128)
+    assert after < 0.6 * before, (before, after)
+    assert lines[0].startswith("[sft] step 1 loss") and any(l.startswith("[sft] step 30 ") for l in lines)
