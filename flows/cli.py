@@ -119,7 +119,11 @@ def main() -> None:
     app()
 
 
-# Subcommands from other modules are registered below.
+# Subcommands from other modules.
+from flows import run_cli, tasks_cli  # noqa: E402
+
+run_cli.register(app)
+app.add_typer(tasks_cli.app, name="tasks")
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,54 @@
+"""Held-out evaluation: pass@1 (greedy) and pass@k (k samples at temperature 1),
+graded by the same sandboxed grader as training."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engines.env.config import EnvConfig
+from engines.env.grader import GradingPool
+from engines.env.types import Task
+from engines.inference.agent import AgentLoop
+from engines.rollout.step import GradeCache, episode_requests, grade_episodes
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    version: int
+    tasks: int
+    pass_at_1: float  # greedy decoding, one episode per task
+    pass_at_k: float  # at least one of k samples resolved
+    pass_at_1_sampled: float  # mean over the k samples
+    k: int
+    infra_failures: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {f"pass@1": self.pass_at_1, f"pass@{self.k}": self.pass_at_k,
+                "pass@1_sampled": self.pass_at_1_sampled, "tasks": self.tasks,
+                "version": self.version, "infra_failures": self.infra_failures}
+
+
+async def evaluate(
+    greedy: AgentLoop, sampled: AgentLoop, grader: GradingPool, cache: GradeCache, env: EnvConfig,
+    tasks: Sequence[Task], k: int, version: int, seed: int = 0,
+) -> EvalResult:
+    """`greedy` must sample at temperature 0, `sampled` at the training temperature."""
+    g_eps = await greedy.run_episodes(episode_requests(tasks, 1, env, step=-1, seed=seed))
+    s_eps = await sampled.run_episodes(episode_requests(tasks, k, env, step=-2, seed=seed))
+    by_id = {t.instance_id: t for t in tasks}
+    g_grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in g_eps])
+    s_grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in s_eps])
+    solved_any: dict[str, bool] = {}
+    for e, g in zip(s_eps, s_grades):
+        solved_any[e.task_id] = solved_any.get(e.task_id, False) or g.resolved
+    infra = sum(g.infra_failure for g in (*g_grades, *s_grades))
+    return EvalResult(
+        version=version,
+        tasks=len(tasks),
+        pass_at_1=sum(g.resolved for g in g_grades) / len(tasks),
+        pass_at_k=sum(solved_any.values()) / len(tasks),
+        pass_at_1_sampled=sum(g.resolved for g in s_grades) / max(1, len(s_grades)),
+        k=k,
+        infra_failures=infra,
+    )

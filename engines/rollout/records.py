@@ -1,0 +1,66 @@
+"""Episodes plus grades -> rows of the `rollouts` table (storage.schema.ROLLOUTS)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from engines.env.grader import report_json
+from engines.env.types import GradeResult, Task
+from engines.inference.types import Episode
+from storage.schema import ROLLOUTS
+
+
+def _routes(ep: Episode) -> tuple[bytes | None, list[int] | None]:
+    """Compact routed experts: uint8 when experts fit, else uint16, C order."""
+    r = ep.routed_experts
+    if r is None:
+        return None, None
+    dtype = np.uint8 if int(r.max(initial=0)) < 256 else np.uint16
+    return np.ascontiguousarray(r, dtype=dtype).tobytes(), list(r.shape)
+
+
+def episode_row(run: str, step: int, task: Task, ep: Episode, grade: GradeResult, advantage: float) -> dict:
+    routes, shape = _routes(ep)
+    infra = ep.infra_failure or grade.infra_failure
+    return {
+        "run_id": run,
+        "step": step,
+        "policy_versions": ep.policy_versions,
+        "min_policy_version": ep.min_policy_version,
+        "task_id": task.instance_id,
+        "group_id": ep.group_id,
+        "sample_index": ep.sample_index,
+        "env_name": task.env_name,
+        "prompt_ids": ep.prompt_ids,
+        "completion_ids": ep.completion_ids,
+        "loss_mask": ep.loss_mask,
+        "completion_logprobs": ep.completion_logprobs,
+        "routed_experts": routes,
+        "routed_experts_shape": shape,
+        "num_prompt_tokens": len(ep.prompt_ids),
+        "num_completion_tokens": len(ep.completion_ids),
+        "reward": float("nan") if infra else grade.reward,
+        "advantage": None if np.isnan(advantage) else float(advantage),
+        "resolved": grade.resolved,
+        "f2p_passed": grade.f2p_passed,
+        "f2p_total": grade.f2p_total,
+        "p2p_passed": grade.p2p_passed,
+        "p2p_total": grade.p2p_total,
+        "test_report": report_json(grade),
+        "num_turns": ep.num_turns,
+        "finish_reason": ep.finish_reason,
+        "generation_s": ep.generation_s,
+        "grading_s": grade.grading_s,
+        "infra_failure": infra,
+        "infra_message": ep.infra_message or grade.infra_message or None,
+        "started_at": ep.started_at,
+        "finished_at": ep.finished_at,
+        "conversation": ep.conversation,
+    }
+
+
+def rollouts_table(rows: Sequence[dict]) -> pa.Table:
+    return pa.Table.from_pylist(list(rows), schema=ROLLOUTS)

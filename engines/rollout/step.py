@@ -1,0 +1,135 @@
+"""Generate, grade and record the episodes of one training step.
+
+Invariants (tested in tests/engines/rollout/):
+- The tasks of step s depend only on (seed, s): a step redone after a crash asks
+  the same questions, and its shard replaces the earlier attempt's.
+- Every episode requested is written, infrastructure failures included (flagged,
+  left out of group statistics), so nothing is silently dropped.
+- The shard is written only after the staleness bound is checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from engines.env.config import EnvConfig
+from engines.env.grader import GradingPool
+from engines.env.session import EnvSession
+from engines.env.types import GradeResult, Task
+from engines.inference.agent import AgentLoop, EpisodeRequest
+from engines.inference.types import Episode
+from engines.rollout.records import episode_row, rollouts_table
+from engines.staleness import check_episodes
+from engines.trainer.advantages import group_advantages
+
+
+@dataclass
+class GradeCache:
+    """Grades by (task, patch): grading is deterministic, and a group's samples often
+    agree on the same patch, so each distinct patch is run once."""
+
+    results: dict[tuple[str, str], GradeResult] = field(default_factory=dict)
+    max_entries: int = 100_000
+
+    def key(self, task: Task, patch: str) -> tuple[str, str]:
+        return task.instance_id, hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()
+
+    def grade(self, pool: GradingPool, items: Sequence[tuple[Task, str]]) -> list[GradeResult]:
+        keys = [self.key(t, p) for t, p in items]
+        todo = {k: item for k, item in zip(keys, items) if k not in self.results}
+        fresh = pool.grade_many(list(todo.values()))
+        for k, result in zip(todo, fresh):
+            if not result.infra_failure:  # an infrastructure failure may pass on retry
+                self.results[k] = result
+        if len(self.results) > self.max_entries:
+            self.results.clear()
+        computed = dict(zip(todo, fresh))
+        return [self.results.get(k) or computed[k] for k in keys]
+
+
+def sample_step_tasks(tasks: Sequence[Task], step: int, count: int, seed: int) -> list[Task]:
+    """The tasks of step `step`: a function of (seed, step) only."""
+    rng = random.Random(f"{seed}/{step}")
+    return rng.sample(list(tasks), count) if count <= len(tasks) else rng.choices(list(tasks), k=count)
+
+
+def episode_requests(tasks: Sequence[Task], group_size: int, env: EnvConfig, step: int, seed: int) -> list[EpisodeRequest]:
+    """`group_size` episodes per task, one group per task, seeded per episode."""
+    requests = []
+    for t_index, task in enumerate(tasks):
+        for i in range(group_size):
+            requests.append(
+                EpisodeRequest(
+                    task_id=task.instance_id,
+                    group_id=f"s{step}-t{t_index}",
+                    sample_index=i,
+                    make_env=lambda task=task: EnvSession.open(task, env),
+                    seed=(seed * 1_000_003 + step * 10_007 + t_index * 101 + i) % (2**31),
+                )
+            )
+    return requests
+
+
+@dataclass
+class StepResult:
+    table: pa.Table
+    generation_s: float
+    grading_s: float
+    staleness_max: int
+
+
+async def run_step(
+    agent: AgentLoop,
+    grader: GradingPool,
+    cache: GradeCache,
+    env: EnvConfig,
+    run: str,
+    step: int,
+    tasks: Sequence[Task],
+    group_size: int,
+    seed: int,
+    async_level: int,
+    std_scale: bool = False,
+) -> StepResult:
+    """Episodes for `tasks` x `group_size`, graded, with advantages, as a rollouts table."""
+    t0 = time.monotonic()
+    episodes = await agent.run_episodes(episode_requests(tasks, group_size, env, step, seed))
+    t1 = time.monotonic()
+    by_id = {t.instance_id: t for t in tasks}
+    grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in episodes])
+    t2 = time.monotonic()
+    staleness = check_episodes(step, async_level, [e.policy_versions for e in episodes])
+    table = episodes_table(run, step, [by_id[e.task_id] for e in episodes], episodes, grades, std_scale)
+    return StepResult(table, t1 - t0, t2 - t1, staleness)
+
+
+def grade_episodes(grader: GradingPool, cache: GradeCache, pairs: Sequence[tuple[Task, Episode]]) -> list[GradeResult]:
+    """Grade the patch of every episode that did not fail in the harness."""
+    graded_idx = [i for i, (_, e) in enumerate(pairs) if not e.infra_failure]
+    results = cache.grade(grader, [(pairs[i][0], pairs[i][1].patch) for i in graded_idx])
+    out: list[GradeResult | None] = [None] * len(pairs)
+    for i, r in zip(graded_idx, results):
+        out[i] = r
+    for i, (task, ep) in enumerate(pairs):
+        if out[i] is None:
+            message = ep.infra_message or "the episode failed before grading"
+            out[i] = GradeResult(False, 0.0, 0, len(task.FAIL_TO_PASS), 0, len(task.PASS_TO_PASS),
+                                 infra_failure=True, infra_message=message, patch_applied=False)
+    return out  # type: ignore[return-value]
+
+
+def episodes_table(
+    run: str, step: int, tasks: Sequence[Task], episodes: Sequence[Episode], grades: Sequence[GradeResult], std_scale: bool
+) -> pa.Table:
+    infra = np.array([e.infra_failure or g.infra_failure for e, g in zip(episodes, grades)])
+    rewards = np.array([np.nan if f else g.reward for f, g in zip(infra, grades)])
+    adv = group_advantages(rewards, np.array([e.group_id for e in episodes], dtype=object), infra, std_scale).advantage
+    rows = [episode_row(run, step, t, e, g, a) for t, e, g, a in zip(tasks, episodes, grades, adv)]
+    return rollouts_table(rows)

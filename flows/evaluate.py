@@ -1,0 +1,30 @@
+"""The `evaluate` flow: pass@1 (greedy) and pass@k of a run's newest weights on
+the held-out tasks, stored beside the run and shown as an artifact."""
+
+from __future__ import annotations
+
+import json
+
+from prefect import flow
+from prefect.artifacts import create_table_artifact
+
+from engines.env.corpus import load_corpus
+from flows.run_config import RunConfig
+from flows.runtime import rollout_runtime, work_dir
+from storage.atomic import write_bytes_atomic
+from storage.fs import open_store
+from tasks.rollout import evaluate_policy
+
+
+@flow(name="evaluate", log_prints=True)
+async def evaluate(config: RunConfig = RunConfig(), corpus_dir: str | None = None) -> dict:
+    store = open_store(config.storage)
+    corpus = corpus_dir or config.tasks.corpus_path or str(work_dir(config) / "corpus")
+    heldout = [t for t in load_corpus(corpus) if t.split == "heldout"][: config.eval.tasks]
+    async with rollout_runtime(config, store, []) as rt:
+        result = await evaluate_policy(rt, heldout, config.eval.samples, rt.pool.version)
+    write_bytes_atomic(store, f"{config.run}/evals/version={result['version']}.json", json.dumps(result).encode())
+    create_table_artifact(key=f"{config.run.lower().replace('_', '-')}-eval", table=[result],
+                          description=f"Held-out evaluation of run {config.run}")
+    print("[eval] " + " ".join(f"{k}={v}" for k, v in result.items()))
+    return result

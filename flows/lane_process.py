@@ -1,0 +1,56 @@
+"""The trainer lane as a supervised child process.
+
+The lanes run in separate processes (in one process they would fight over the GIL,
+and Prefect runs sync subflows started from threads one after another). A trainer
+process that dies is started again, up to `max_restarts` times; it resumes from its
+last saved state, so no step is lost or applied twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+from engines.trainer.lane import LaneConfig
+
+
+class TrainerProcess:
+    def __init__(self, cfg: LaneConfig, config_file: Path, processes: int = 1, max_restarts: int = 3,
+                 threads: int = 1) -> None:
+        config_file.write_text(cfg.model_dump_json(indent=1))
+        self.cmd = [sys.executable, "-m", "flows.trainer_lane", "--config", str(config_file),
+                    "--processes", str(processes)]
+        # Generation and training get their own cores: torch in the trainer uses `threads`.
+        self.env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def run(self) -> None:
+        """Run until the lane exits cleanly; restart it when it dies."""
+        while True:
+            self.proc = await asyncio.create_subprocess_exec(*self.cmd, env=self.env, start_new_session=True)
+            code = await self.proc.wait()
+            if code == 0:
+                return
+            if self.restarts >= self.max_restarts:
+                raise RuntimeError(f"trainer lane exited with code {code} after {self.restarts} restarts; see its log above")
+            self.restarts += 1
+            print(f"[tandem] trainer lane exited with code {code}; restarting ({self.restarts}/{self.max_restarts})", flush=True)
+
+    async def stop(self, grace_s: float = 20.0) -> None:
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+        try:
+            await asyncio.wait_for(proc.wait(), grace_s)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()

@@ -1,0 +1,33 @@
+"""Prefect objects a deployment needs, created idempotently: the process work pool
+and the global concurrency limits the tasks take slots from (a limit whose name
+does not exist would be skipped with only a warning)."""
+
+from __future__ import annotations
+
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.exceptions import ObjectAlreadyExists
+
+WORK_POOL = "tandem-process"
+# name -> slots. One trainer per machine owns its cores/devices; one rollout lane
+# owns the vLLM servers it started.
+LIMITS = {"tandem-training": 1, "tandem-rollout": 1}
+
+
+def ensure_limits() -> None:
+    with get_client(sync_client=True) as client:
+        for name, slots in LIMITS.items():
+            client.upsert_global_concurrency_limit_by_name(name, slots)
+
+
+def ensure_work_pool(name: str = WORK_POOL) -> None:
+    with get_client(sync_client=True) as client:
+        try:
+            client.create_work_pool(WorkPoolCreate(name=name, type="process"))
+        except ObjectAlreadyExists:
+            pass
+
+
+def setup() -> None:
+    ensure_work_pool()
+    ensure_limits()

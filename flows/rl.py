@@ -1,0 +1,92 @@
+"""The `rl` flow: a whole asynchronous RL run.
+
+    tasks -> warm start (v0) -> [rollout lane || trainer lane] -> evaluation -> summary
+
+The rollout lane runs here (it owns the vLLM servers); the trainer lane is a
+separate flow run in a child process. They meet only through the lake: the
+rollout lane writes step shards, the trainer publishes weight versions, and the
+staleness bound decides when the rollout lane may go on. Re-running a run with the
+same name resumes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from prefect import flow
+
+from engines.staleness import StalenessError
+from engines.trainer.lane import LaneConfig
+from flows.artifacts import publish_step_artifacts, publish_summary
+from flows.lane_process import TrainerProcess
+from flows.rollout_lane import rollout_lane
+from flows.run_config import RunConfig
+from flows.runtime import work_dir
+from flows.sft import warm_start
+from storage.fs import open_store
+from storage.query import connect
+from tasks.corpus import prepare_micro_corpus, use_corpus
+
+
+@flow(name="rl", log_prints=True)
+async def rl(config: RunConfig = RunConfig()) -> dict[str, Any]:
+    started = time.monotonic()
+    store = open_store(config.storage)
+    work = work_dir(config)
+    corpus = _prepare_tasks(config, store, str(work / "corpus"))
+    v0 = warm_start(config, corpus)
+    trainer = TrainerProcess(
+        LaneConfig(model_dir=v0, storage=config.storage, run=config.run, first_step=0, num_steps=config.rl.steps,
+                   state_dir=str(work / "trainer_state"), trainer=config.trainer),
+        work / "trainer_lane.json",
+    )
+    lanes = [asyncio.create_task(rollout_lane(config, corpus)), asyncio.create_task(trainer.run())]
+    try:
+        done, _ = await asyncio.wait(lanes, return_when=asyncio.FIRST_EXCEPTION)
+        for t in done:
+            t.result()  # a failed lane fails the run (and cancels the other below)
+        await asyncio.gather(*lanes)
+    finally:
+        for t in lanes:
+            t.cancel()
+        await trainer.stop()
+    evals = lanes[0].result()
+    summary = _summarize(config, store, evals, time.monotonic() - started)
+    return summary
+
+
+def _prepare_tasks(config: RunConfig, store, corpus_dir: str) -> str:
+    if config.tasks.kind == "corpus":
+        return use_corpus(store, config.run, config.tasks.corpus_path)
+    t = config.tasks
+    return prepare_micro_corpus(store, config.run, corpus_dir, t.train_tasks, t.heldout_tasks, t.seed)
+
+
+def _summarize(config: RunConfig, store, evals: dict, wall_s: float) -> dict[str, Any]:
+    lake = connect(store, config.run)
+    steps = lake.sql("SELECT * EXCLUDE (extra) FROM steps ORDER BY step").fetch_arrow_table().to_pylist()
+    staleness = lake.sql("SELECT max(step - min_policy_version) FROM rollouts").fetchone()[0] or 0
+    if staleness > config.rl.async_level:
+        raise StalenessError(f"stored episodes are {staleness} versions stale, above async_level={config.rl.async_level}")
+    before, after = evals["before"], evals["after"]
+    k = config.eval.samples
+    summary = {
+        "run": config.run,
+        "steps": len(steps),
+        "async_level": config.rl.async_level,
+        "staleness_max": staleness,
+        "pass@1 before RL (warm start)": before["pass@1"],
+        "pass@1 after RL": after["pass@1"],
+        "pass@1 gain (points)": round(100 * (after["pass@1"] - before["pass@1"]), 1),
+        f"pass@{k} before": before[f"pass@{k}"],
+        f"pass@{k} after": after[f"pass@{k}"],
+        "held-out tasks": after["tasks"],
+        "wall minutes": round(wall_s / 60, 1),
+    }
+    if steps:
+        publish_step_artifacts(config.run, steps)
+    markdown = publish_summary(config.run, store.display, summary)
+    print(markdown)
+    return summary

@@ -1,0 +1,71 @@
+"""The rollout lane: one flow run that owns the vLLM servers. It evaluates the
+starting policy, then for each step waits for a fresh-enough policy, loads it,
+generates + grades + writes the step's shard, and finally evaluates the last
+policy. Resumable: a step whose shard exists is skipped, an evaluation already
+stored is not redone."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from prefect import flow
+
+from engines.env.corpus import load_corpus
+from flows.run_config import RunConfig
+from flows.runtime import rollout_runtime
+from storage import shards
+from storage.atomic import write_bytes_atomic
+from storage.fs import Store, open_store
+from tasks.rollout import RolloutRuntime, evaluate_policy, load_weights, rollout_step, wait_for_policy
+
+
+@flow(name="rollout-lane", log_prints=True)
+async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
+    store = open_store(config.storage)
+    tasks = load_corpus(corpus_dir)
+    train = [t for t in tasks if t.split == "train"]
+    heldout = [t for t in tasks if t.split == "heldout"][: config.eval.tasks]
+    async with rollout_runtime(config, store, train) as rt:
+        before = await _evaluation(rt, store, config, heldout, "before")
+        steps = await _steps(rt, config)
+        version = await wait_for_policy(rt, config.rl.steps, 0)  # the trainer's last publication
+        if version > rt.pool.version:
+            await load_weights(rt, version)
+        after = await _evaluation(rt, store, config, heldout, "after")
+    return {"before": before, "after": after, "steps": steps}
+
+
+async def _steps(rt: RolloutRuntime, config: RunConfig) -> list[dict]:
+    rl = config.rl
+    results = []
+    for step in range(rl.steps):
+        if shards.shard_exists(rt.store, config.run, step, "final"):
+            continue  # written before a restart: shards are never duplicated
+        t0 = time.monotonic()
+        version = await wait_for_policy(rt, step, rl.async_level)
+        waited = time.monotonic() - t0
+        update_s = await load_weights(rt, version) if version > rt.pool.version else 0.0
+        metrics = await rollout_step(rt, step, rl.batch_size // rl.group_size, rl.group_size,
+                                     rl.seed, rl.async_level, config.trainer.std_scale_advantages)
+        metrics.update(step=step, policy_version=version, wait_s=waited, weight_update_s=update_s,
+                       wall_s=time.monotonic() - t0)
+        results.append(metrics)
+        print(
+            f"[rollout] step {step + 1}/{rl.steps} v{version} reward={metrics['reward_mean']:.3f} "
+            f"pass={metrics['pass_rate']:.3f} gen={metrics['generation_s']:.1f}s grade={metrics['grading_s']:.1f}s "
+            f"wait={waited:.1f}s tokens={metrics['completion_tokens']}"
+        )
+    return results
+
+
+async def _evaluation(rt: RolloutRuntime, store: Store, config: RunConfig, heldout: list, name: str) -> dict:
+    """Evaluate the served policy once per (run, name); stored as JSON beside the run."""
+    path = f"{config.run}/evals/{name}.json"
+    if store.fs.exists(store.path(path)):
+        return json.loads(store.fs.cat_file(store.path(path)))
+    result = await evaluate_policy(rt, heldout, config.eval.samples, rt.pool.version)
+    write_bytes_atomic(store, path, json.dumps(result).encode())
+    print(f"[eval] {name}: " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
+    return result

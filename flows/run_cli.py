@@ -1,0 +1,45 @@
+"""`tandem run`: the main job, and `tandem prefect-setup` for deployments.
+
+    tandem run                                  # tiny MoE on micro tasks, defaults
+    tandem run --config run.toml --rl.steps 10 --rl.async_level 0
+
+Without PREFECT_API_URL a local Prefect server is started for the run (its UI
+address is printed); with it, the run reports to that server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from flows.config import ConfigError, load_config
+from flows.run_config import RunConfig
+
+_EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def run_command(
+    ctx: typer.Context,
+    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with a RunConfig (sections: rl, trainer, ...).")] = None,
+) -> None:
+    """Run asynchronous RL end to end; extra `--section.key value` pairs override the config."""
+    try:
+        cfg = load_config(RunConfig, config, list(ctx.args))
+    except (ConfigError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    from flows.prefect_api import prefect_api
+    from flows.rl import rl
+
+    with prefect_api():
+        summary = asyncio.run(rl(cfg))
+    gain = summary.get("pass@1 gain (points)")
+    typer.echo(f"[tandem] run {cfg.run} finished: pass@1 {summary['pass@1 before RL (warm start)']:.3f} -> "
+               f"{summary['pass@1 after RL']:.3f} ({gain:+.1f} points) in {summary['wall minutes']} min")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run", context_settings=_EXTRA)(run_command)

@@ -1,0 +1,139 @@
+"""The configuration of a whole run: one pydantic model composed of each
+component's own config, so the Prefect UI shows it as one form and a TOML file
+or `--section.key value` overrides can set any field (see flows/config.py).
+
+Checks that need more than one field live here and run before anything starts:
+a batch that groups cannot divide, a negative staleness bound, a model path that
+does not exist.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from engines.env.config import EnvConfig
+from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingConfig
+from engines.model.tiny import TinyModelConfig
+from engines.trainer.config import TrainerConfig
+from storage.config import StorageConfig
+from storage.layout import check_name
+
+
+class ModelConfig(BaseModel):
+    """Which weights the run starts from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = Field(
+        None,
+        description="Starting checkpoint: a Hugging Face MoE causal-LM directory (local path or s3://). "
+        "None: create the tiny Qwen3-MoE and warm-start it with SFT on micro-task demonstrations.",
+    )
+    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape of the tiny MoE when path is None.")
+
+
+class TaskSetConfig(BaseModel):
+    """Where the run's tasks come from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["micro", "corpus"] = Field(
+        "micro", description="micro: generated bug-fix modules (fast, learnable by a tiny model); corpus: a built task corpus."
+    )
+    corpus_path: str | None = Field(None, description="Corpus directory (from `tandem tasks build`) when kind = corpus.")
+    train_tasks: int = Field(4000, ge=1, description="Micro tasks generated for training.")
+    heldout_tasks: int = Field(200, ge=1, description="Micro tasks generated for held-out evaluation (disjoint seed).")
+    seed: int = Field(0, description="Seed of the micro-task generator (train uses seed, held-out seed + 1).")
+
+    @model_validator(mode="after")
+    def _corpus(self) -> TaskSetConfig:
+        if self.kind == "corpus" and not self.corpus_path:
+            raise ValueError("tasks.corpus_path: required when tasks.kind = 'corpus' (build one with `tandem tasks build`)")
+        return self
+
+
+class RLConfig(BaseModel):
+    """The shape of the RL loop."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(40, ge=1, description="Optimizer steps of the run (each consumes one rollout shard).")
+    async_level: int = Field(
+        1, ge=0, description="Staleness bound k: rollouts of step s come from policy versions >= s - k (0 = synchronous)."
+    )
+    batch_size: int = Field(64, ge=2, description="Episodes per step (tasks per step x group_size).")
+    group_size: int = Field(
+        8, ge=2, description="Episodes per task; advantages are relative to the group (1 would give zero advantages)."
+    )
+    seed: int = Field(0, description="Seed of task sampling and generation (step s uses seed + s).")
+
+    @model_validator(mode="after")
+    def _divisible(self) -> RLConfig:
+        if self.batch_size % self.group_size:
+            raise ValueError(
+                f"rl.batch_size ({self.batch_size}) is not divisible by rl.group_size ({self.group_size}): "
+                "make batch_size a multiple of group_size"
+            )
+        return self
+
+
+class EvalConfig(BaseModel):
+    """Held-out evaluation before and after RL."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: int = Field(200, ge=1, description="Held-out tasks evaluated (at most tasks.heldout_tasks).")
+    samples: int = Field(4, ge=1, description="Samples per task at temperature 1 for pass@k (k = samples).")
+
+
+class RunInferenceConfig(InferenceConfig):
+    """InferenceConfig whose model_dir the run fills in (the published weights), with
+    defaults sized for the tiny MoE on micro tasks (episodes of about 150 tokens)."""
+
+    model_dir: str = Field("", description="Filled in by the run with the weights it serves; leave empty.")
+    max_model_len: int = Field(512, ge=16, description="Context length of each server in tokens.")
+    kv_cache_gb: float = Field(0.5, gt=0, description="KV cache per server in GB.")
+    max_num_seqs: int = Field(64, ge=1, description="Sequences one server batches at once: a whole step's batch.")
+    concurrency_per_server: int = Field(64, ge=1, description="Requests in flight per server.")
+    sampling: SamplingConfig = Field(
+        default_factory=lambda: SamplingConfig(max_tokens_per_turn=64),
+        description="Sampling of a model turn; a micro-task action is about 20 tokens.",
+    )
+    limits: EpisodeLimits = Field(
+        default_factory=lambda: EpisodeLimits(max_turns=4, max_total_tokens=512, max_concurrent_episodes=64),
+        description="Turn, token and time limits of an episode.",
+    )
+
+
+class RunConfig(BaseModel):
+    """A whole asynchronous RL run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run: str = Field("tiny-moe", description="Run name: the folder under storage.root holding everything of the run.")
+    storage: StorageConfig = Field(default_factory=StorageConfig, description="Where trajectories, metrics and weights go.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Starting weights.")
+    tasks: TaskSetConfig = Field(default_factory=TaskSetConfig, description="Training and held-out tasks.")
+    env: EnvConfig = Field(default_factory=EnvConfig, description="Sandbox and grading.")
+    inference: RunInferenceConfig = Field(
+        default_factory=RunInferenceConfig,
+        description="vLLM servers, sampling and episode limits.",
+    )
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="RL objective, optimizer and SFT warm start.")
+    rl: RLConfig = Field(default_factory=RLConfig, description="Steps, staleness bound, batch and group sizes.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        check_name("run", self.run)
+        path = self.model.path
+        if path and not path.startswith("s3://") and not os.path.isdir(path):
+            raise ValueError(f"model.path: {path!r} is not a directory; give a Hugging Face model directory or leave it unset")
+        if self.eval.tasks > self.tasks.heldout_tasks and self.tasks.kind == "micro":
+            raise ValueError(
+                f"eval.tasks ({self.eval.tasks}) exceeds tasks.heldout_tasks ({self.tasks.heldout_tasks}): lower one or raise the other"
+            )
+        return self

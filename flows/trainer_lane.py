@@ -1,0 +1,87 @@
+"""The trainer lane: a flow run in its own process (the rl flow starts it with
+`python -m flows.trainer_lane --config FILE`). One process trains in place, a
+Prefect task per step; with `processes > 1` the steps run under torchrun and this
+flow follows their published versions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from engines.trainer.lane import LaneConfig, TrainerLane, wait_for_step
+from storage import checkpoints
+from storage.fs import open_store
+
+
+@task(name="wait-for-rollouts", cache_policy=NO_CACHE)
+def wait_for_rollouts(lane: TrainerLane, step: int) -> None:
+    wait_for_step(lane.store, lane.cfg, step)
+
+
+@task(name="train-step", cache_policy=NO_CACHE)
+def train_step(lane: TrainerLane, step: int) -> dict:
+    return lane.train(step)
+
+
+@task(name="torchrun-steps", cache_policy=NO_CACHE)
+def torchrun_steps(cfg: LaneConfig, processes: int) -> int:
+    """Run the lane under torchrun; print each published version as it appears."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        f.write(cfg.model_dump_json())
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
+           "-m", "engines.trainer.lane", "--config", f.name]
+    proc = subprocess.Popen(cmd)
+    store, seen = open_store(cfg.storage), -1
+    while proc.poll() is None:
+        latest = checkpoints.latest(store, cfg.run)
+        if latest is not None and latest.version > seen:
+            seen = latest.version
+            print(f"[trainer] published v{seen}")
+        time.sleep(1.0)
+    os.unlink(f.name)
+    if proc.returncode:
+        raise RuntimeError(f"torchrun trainer lane exited with code {proc.returncode}")
+    return seen
+
+
+@flow(name="trainer-lane", log_prints=True)
+def trainer_lane(config: LaneConfig, processes: int = 1) -> list[dict]:
+    if processes > 1:
+        torchrun_steps(config, processes)
+        return []
+    lane = TrainerLane(config)
+    results = []
+    try:
+        last = config.first_step + config.num_steps
+        for step in range(lane.next_step, last):
+            wait_for_rollouts(lane, step)
+            m = train_step(lane, step)
+            results.append(m)
+            print(f"[trainer] step {step + 1}/{last} -> v{step + 1} " + " ".join(
+                f"{k}={m[k]:.4g}" for k in ("loss", "mismatch_kl", "entropy", "grad_norm", "training_s") if m.get(k) is not None))
+    finally:
+        lane.close()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run the trainer lane flow from a LaneConfig JSON file.")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--processes", type=int, default=1)
+    args = parser.parse_args(argv)
+    cfg = LaneConfig.model_validate(json.loads(Path(args.config).read_text()))
+    trainer_lane(cfg, args.processes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Prefect task that makes the run's task corpus available (built once, reused)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+
+from engines.env.corpus import TASKS_FILE, load_corpus, save_corpus
+from engines.env.micro import generate_micro_tasks
+from storage.fs import Store
+from storage.parquet_io import read_table
+from storage.tables import write_tasks
+
+
+@task(name="prepare-tasks", retries=1)
+def prepare_micro_corpus(store: Store, run: str, corpus_dir: str, train: int, heldout: int, seed: int) -> str:
+    """Generate (or reuse) the micro corpus in `corpus_dir`; copy its table into the run."""
+    path = Path(corpus_dir)
+    if not (path / TASKS_FILE).is_file():
+        tasks = generate_micro_tasks(train, seed) + generate_micro_tasks(heldout, seed + 1, split="heldout")
+        save_corpus(tasks, path)
+        print(f"[tasks] generated {train} train + {heldout} held-out micro tasks in {path}")
+    publish_corpus_table(store, run, str(path))
+    return str(path)
+
+
+@task(name="use-corpus")
+def use_corpus(store: Store, run: str, corpus_dir: str) -> str:
+    """A corpus built by `tandem tasks build`: check it loads, copy its table into the run."""
+    tasks = load_corpus(corpus_dir)
+    print(f"[tasks] corpus {corpus_dir}: {sum(t.split == 'train' for t in tasks)} train, "
+          f"{sum(t.split == 'heldout' for t in tasks)} held-out tasks")
+    publish_corpus_table(store, run, corpus_dir)
+    return corpus_dir
+
+
+def publish_corpus_table(store: Store, run: str, corpus_dir: str) -> None:
+    from storage.fs import open_store
+
+    file = Path(corpus_dir) / TASKS_FILE
+    table = read_table(open_store(str(file.parent)), str(file))
+    write_tasks(store, run, table)

@@ -1,0 +1,90 @@
+"""Prefect tasks of the rollout lane: wait for a policy, load it, roll out a step,
+evaluate. Each wraps one engine call; the heavy objects (server pool, grader) come
+in through `RolloutRuntime` and are never cached or persisted by Prefect."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from engines.env.config import EnvConfig
+from engines.env.grader import GradingPool
+from engines.env.types import Task
+from engines.inference.agent import AgentLoop
+from engines.inference.server_pool import ServerPool
+from engines.model.load import local_model_dir
+from engines.rollout.evaluate import EvalResult, evaluate
+from engines.rollout.step import GradeCache, run_step, sample_step_tasks
+from engines.staleness import version_to_use
+from storage import checkpoints, shards
+from storage.fs import Store
+
+
+@dataclass
+class RolloutRuntime:
+    """Everything the rollout lane works with, built once by the flow."""
+
+    store: Store
+    run: str
+    pool: ServerPool
+    agent: AgentLoop  # samples at the training temperature
+    greedy: AgentLoop  # temperature 0, for pass@1
+    grader: GradingPool
+    env: EnvConfig
+    train_tasks: list[Task]
+    cache: GradeCache = field(default_factory=GradeCache)
+
+
+@task(name="wait-for-policy", cache_policy=NO_CACHE)
+async def wait_for_policy(rt: RolloutRuntime, step: int, async_level: int, timeout_s: float = 3600.0) -> int:
+    """Newest published version allowed for `step` (blocks while the trainer is behind)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        latest = checkpoints.latest(rt.store, rt.run)
+        version = version_to_use(step, async_level, None if latest is None else latest.version)
+        if version is not None:
+            return version
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"step {step}: no policy version >= {step - async_level} after {timeout_s:.0f} s; is the trainer lane running?")
+        await asyncio.sleep(0.25)
+
+
+@task(name="load-weights", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)
+async def load_weights(rt: RolloutRuntime, version: int) -> float:
+    """Pause, load, verify, resume every server; returns the latency in seconds."""
+    ckpt = checkpoints.get(rt.store, rt.run, version)
+    return await rt.pool.update_weights(str(local_model_dir(ckpt.uri)), version)
+
+
+@task(name="rollout-step", cache_policy=NO_CACHE)
+async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group_size: int, seed: int,
+                       async_level: int, std_scale: bool) -> dict[str, Any]:
+    """Episodes of one step, graded, written as the step's `final` shard; returns small metrics."""
+    tasks = sample_step_tasks(rt.train_tasks, step, tasks_per_step, seed)
+    result = await run_step(rt.agent, rt.grader, rt.cache, rt.env, rt.run, step, tasks, group_size,
+                            seed, async_level, std_scale)
+    uri = await asyncio.to_thread(shards.write_shard, rt.store, rt.run, step, "final", result.table)
+    t = result.table
+    rewards = [r for r in t.column("reward").to_pylist() if r == r]  # NaN: infra failures
+    return {
+        "uri": uri,
+        "episodes": t.num_rows,
+        "reward_mean": sum(rewards) / max(1, len(rewards)),
+        "pass_rate": sum(t.column("resolved").to_pylist()) / max(1, t.num_rows),
+        "completion_tokens": sum(t.column("num_completion_tokens").to_pylist()),
+        "infra_failures": sum(t.column("infra_failure").to_pylist()),
+        "staleness_max": result.staleness_max,
+        "generation_s": result.generation_s,
+        "grading_s": result.grading_s,
+    }
+
+
+@task(name="evaluate", cache_policy=NO_CACHE)
+async def evaluate_policy(rt: RolloutRuntime, tasks: list[Task], k: int, version: int) -> dict[str, Any]:
+    result: EvalResult = await evaluate(rt.greedy, rt.agent, rt.grader, rt.cache, rt.env, tasks, k, version)
+    return result.as_dict()

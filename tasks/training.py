@@ -1,0 +1,45 @@
+"""Prefect tasks of the warm start: create the tiny model, fine-tune it on oracle
+demonstrations, publish it as weight version 0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from engines.env.micro import oracle_messages
+from engines.env.types import Task
+from engines.model.tiny import TinyModelConfig, create_tiny_model
+from engines.protocol import render_messages
+from engines.trainer.config import TrainerConfig
+from engines.trainer.sft import sft
+from storage import checkpoints
+from storage.fs import Store
+
+
+@task(name="oracle-demonstrations", cache_policy=NO_CACHE)
+def demonstrations(tasks: list[Task]) -> list[list[dict[str, str]]]:
+    return [oracle_messages(t) for t in tasks]
+
+
+@task(name="create-tiny-model", cache_policy=NO_CACHE)
+def create_model(out_dir: str, conversations: list[list[dict[str, str]]], cfg: TinyModelConfig) -> str:
+    """Tokenizer trained on the demonstrations' text, random tiny Qwen3-MoE."""
+    texts = (render_messages(c) for c in conversations)
+    return str(create_tiny_model(out_dir, texts, cfg))
+
+
+@task(name="sft", cache_policy=NO_CACHE)
+def fine_tune(model_dir: str, conversations: list[list[dict[str, str]]], out_dir: str, cfg: TrainerConfig) -> str:
+    return str(sft(model_dir, conversations, out_dir, cfg))
+
+
+@task(name="publish-weights", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def publish(store: Store, run: str, version: int, step: int, uri: str) -> str:
+    checkpoints.publish(store, run, version, step, uri)
+    return uri
+
+
+def initial_dir(work: Path) -> str:
+    return str(work / "init-model")
