@@ -118,38 +118,64 @@ def rollout_metrics(episodes, step: int) -> dict:
     }
 
 
-def train_steps(cfg: LaneConfig) -> list[dict]:
-    """Run the lane's steps (resuming from saved state); returns each trained step's metrics."""
-    torch.manual_seed(cfg.trainer.seed)
-    store = open_store(cfg.storage)
-    accelerator = make_accelerator()
-    model = load_moe_causal_lm(cfg.model_dir)
-    tokenizer = load_tokenizer(cfg.model_dir)
-    trainee = ddp_trainee(model, cfg.trainer, accelerator)
-    saved = load_latest_state(accelerator, cfg.state_path())
-    start = cfg.first_step if saved is None else max(cfg.first_step, saved + 1)
-    if saved is not None:
-        log.info("resuming run %s after step %d (state %s)", cfg.run, saved, cfg.state_path())
-    results = []
-    for step in range(start, cfg.first_step + cfg.num_steps):
-        wait_for_step(store, cfg, step)
+class TrainerLane:
+    """The lane's state between steps: model, optimizer, store, next step.
+
+    `train(step)` trains one step and publishes version step + 1; callers wait for
+    the step's rollouts first (`wait_for_step`). Prefect's trainer-lane flow wraps
+    each call in a task; `train_steps` is the plain loop.
+    """
+
+    def __init__(self, cfg: LaneConfig) -> None:
+        torch.manual_seed(cfg.trainer.seed)
+        self.cfg = cfg
+        self.store = open_store(cfg.storage)
+        self.accelerator = make_accelerator()
+        model = load_moe_causal_lm(cfg.model_dir)
+        self.tokenizer = load_tokenizer(cfg.model_dir)
+        self.trainee = ddp_trainee(model, cfg.trainer, self.accelerator)
+        saved = load_latest_state(self.accelerator, cfg.state_path())
+        self.next_step = cfg.first_step if saved is None else max(cfg.first_step, saved + 1)
+        if saved is not None:
+            log.info("resuming run %s after step %d (state %s)", cfg.run, saved, cfg.state_path())
+
+    def train(self, step: int) -> dict:
+        """One optimizer step on step `step`'s rollouts; export, publish, record, save state."""
+        if step != self.next_step:
+            raise ValueError(f"trainer lane expects step {self.next_step} next, got {step}")
+        cfg, store = self.cfg, self.store
         episodes = shards.read_step(store, cfg.run, step)
         t0 = time.perf_counter()
-        metrics = rl_step(trainee, episodes, cfg.trainer)
+        metrics = rl_step(self.trainee, episodes, cfg.trainer)
         metrics["training_s"] = time.perf_counter() - t0
         version = step + 1
         metrics["policy_version"] = version
-        if accelerator.is_main_process:
+        if self.accelerator.is_main_process:
             uri = checkpoints.weights_uri(store, cfg.run, version)
-            export_weights(trainee.module, tokenizer, uri, cfg.trainer.export_format, store=store)
+            export_weights(self.trainee.module, self.tokenizer, uri, cfg.trainer.export_format, store=store)
             checkpoints.publish(store, cfg.run, version, step, uri, _FORMAT_NAMES[cfg.trainer.export_format])
             metrics.update(rollout_metrics(episodes, step))
             write_step_metrics(store, cfg.run, step, metrics)
             log.info("step %d: %s", step, _summary(metrics))
-        accelerator.wait_for_everyone()
-        save_state(accelerator, cfg.state_path(), step, cfg.trainer.keep_last_states)
-        results.append(metrics)
-    trainee.replay.close()
+        self.accelerator.wait_for_everyone()
+        save_state(self.accelerator, cfg.state_path(), step, cfg.trainer.keep_last_states)
+        self.next_step = step + 1
+        return metrics
+
+    def close(self) -> None:
+        self.trainee.replay.close()
+
+
+def train_steps(cfg: LaneConfig) -> list[dict]:
+    """Run the lane's steps (resuming from saved state); returns each trained step's metrics."""
+    lane = TrainerLane(cfg)
+    results = []
+    try:
+        for step in range(lane.next_step, cfg.first_step + cfg.num_steps):
+            wait_for_step(lane.store, cfg, step)
+            results.append(lane.train(step))
+    finally:
+        lane.close()
     return results
 
 
