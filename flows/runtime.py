@@ -42,8 +42,7 @@ async def rollout_runtime(config: RunConfig, store: Store, train_tasks: list[Tas
     tokenizer = load_tokenizer(weights)
     grader = GradingPool(config.env)
     try:
-        async with ServerPool(inference) as pool:
-            pool.version = latest.version  # the servers start on these weights
+        async with ServerPool(inference, version=latest.version) as pool:
             yield RolloutRuntime(
                 store=store, run=config.run, pool=pool,
                 agent=AgentLoop(pool, tokenizer, inference), greedy=AgentLoop(pool, tokenizer, greedy_cfg),

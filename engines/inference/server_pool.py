@@ -60,10 +60,11 @@ class ServerSlot:
 class ServerPool:
     """Use as `async with ServerPool(cfg) as pool: ...`, or call start() / close()."""
 
-    def __init__(self, cfg: InferenceConfig) -> None:
+    def __init__(self, cfg: InferenceConfig, version: int = 0) -> None:
+        """`version`: the weight version of `cfg.model_dir` (a run resumed later starts above 0)."""
         self.cfg = cfg
         self.slots: list[ServerSlot] = []
-        self.version = 0
+        self.version = version
         self.weights_dir: str | None = None  # last weights loaded by update_weights
         self.model_name = cfg.served_model_name
         self.log_dir = Path(cfg.log_dir) if cfg.log_dir else Path(tempfile.mkdtemp(prefix="vllm-logs-"))
@@ -107,7 +108,9 @@ class ServerPool:
             url = f"http://{self.cfg.host}:{port}"
             argv = launch.server_command(self.cfg, python, port, self._cpu_build)
             server = LocalServer(argv, env, url, self.log_dir / f"server-{i}.log")
-            self.slots.append(ServerSlot(i, url, asyncio.Semaphore(self.cfg.concurrency_per_server), process=server))
+            self.slots.append(
+                ServerSlot(i, url, asyncio.Semaphore(self.cfg.concurrency_per_server), process=server, version=self.version)
+            )
             server.start()
         waited = await asyncio.gather(*(s.process.wait_healthy(self.cfg.startup_timeout_s) for s in self.slots if s.process))
         log.info("started %d vLLM server(s) in %.1f s (logs in %s)", len(self.slots), max(waited), self.log_dir)
@@ -120,7 +123,7 @@ class ServerPool:
             models = await routes.served_models(self._http, url)
             if self.model_name not in models:
                 raise ValueError(f"server {url} serves {models}, not served_model_name={self.model_name!r}; set served_model_name")
-            self.slots.append(ServerSlot(i, url, asyncio.Semaphore(self.cfg.concurrency_per_server)))
+            self.slots.append(ServerSlot(i, url, asyncio.Semaphore(self.cfg.concurrency_per_server), version=self.version))
 
     async def close(self) -> None:
         """Stop every process this pool started and close connections. Safe to call twice."""
