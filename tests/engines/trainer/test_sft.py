@@ -51,3 +51,19 @@ def test_sft_lowers_the_loss_and_exports(tiny_model_dir, tmp_path):
     after = mean_nll(load_moe_causal_lm(out), eps, 128)
     assert after < 0.6 * before, (before, after)
     assert lines[0].startswith("[sft] step 1 loss") and any(l.startswith("[sft] step 30 ") for l in lines)
+
+
+@pytest.mark.slow
+def test_sft_on_oracle_demonstrations_lowers_held_out_loss(tiny_model_dir, tmp_path):
+    from engines.env.micro import generate_micro_tasks, oracle_messages
+
+    train = [oracle_messages(t) for t in generate_micro_tasks(200, seed=11)]
+    held_out = [oracle_messages(t) for t in generate_micro_tasks(20, seed=12, split="heldout")]
+    tok = load_tokenizer(tiny_model_dir)
+    eps = [conversation_episode(tok, c) for c in held_out]
+    seq_len = max(len(e) for e in eps + [conversation_episode(tok, c) for c in train]) + 1
+    cfg = TrainerConfig(seq_len=seq_len, sft=SFTConfig(max_steps=20, batch_size=8, log_every=10))
+    before = mean_nll(load_moe_causal_lm(tiny_model_dir), eps, seq_len)
+    out = sft(str(tiny_model_dir), train, str(tmp_path / "sft"), cfg, log=lambda line: None)
+    after = mean_nll(load_moe_causal_lm(out), eps, seq_len)
+    assert after < 0.8 * before, (before, after)
