@@ -21,7 +21,7 @@ def test_tasks_have_the_promised_shape():
         files = base_files(task)
         module = files[MODULE].decode()
         functions = [n for n in ast.parse(module).body if isinstance(n, ast.FunctionDef)]
-        assert 2 <= len(functions) <= 4 and 5 <= len(module.splitlines()) <= 20
+        assert 2 <= len(functions) <= 4 and 5 <= len(module.splitlines()) <= 16
         assert task.split == "heldout" and task.env_name == "micro" and task.FAIL_TO_PASS
         assert set(task.FAIL_TO_PASS).isdisjoint(task.PASS_TO_PASS)
         # the statement shows the numbered buggy line and the failing call, never the fix
@@ -56,5 +56,5 @@ def test_oracle_episode_follows_the_protocol_and_is_compact(tiny_model_dir):
         assert messages[2]["content"].startswith(f"edited {MODULE}")
     tokenizer = train_tokenizer([render_messages(oracle_messages(t)) for t in tasks[40:]], vocab_size=1024)
     lengths = [len(tokenizer(render_messages(m))["input_ids"]) for m in episodes]
-    assert sum(lengths) / len(lengths) < 200, lengths  # about 150 tokens with a 1,024-token BPE
+    assert sum(lengths) / len(lengths) < 175, lengths  # about 150 tokens with a 1,024-token BPE
     assert max(lengths) < 256

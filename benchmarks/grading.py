@@ -1,0 +1,160 @@
+"""Grading throughput of our pool against a naive grader, and the sandbox's overhead.
+
+Same tasks and patches for both (real-project tasks from a corpus; per task the
+gold patch and the empty patch, so half the episodes resolve):
+
+  naive   per episode, unsandboxed and one after another: a fresh copy of the
+          repository, apply the bug and the patch, run the project's full test
+          suite, parse the log and decide on the task's F2P/P2P tests;
+  ours    engines.env.grader.GradingPool: workers bounded by cores and memory,
+          reused repository copies, the patch filter, only the F2P and P2P tests,
+          each run inside bubblewrap with cgroup and rlimit caps.
+
+Both must reach the same decisions (`decisions_agree`). `throughput_ratio` is our
+episodes per second over the naive ones. `sandbox_overhead` compares the same
+targeted test run with and without the sandbox (bubblewrap, cgroups, rlimits vs a
+plain subprocess), interleaved on one prepared copy: (sandboxed - plain) / plain
+over the summed wall times. `micro_grade_s` is the median time to grade one micro
+task on one worker. The last line printed is one JSON object.
+
+    python benchmarks/grading.py [--corpus DIR] [--tasks 8] [--repeats 3]
+Without --corpus, a small toolz corpus is built once and cached under
+~/.cache/tandem-rl/bench-corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engines.env.builder import BuildConfig, build_corpus, discover  # noqa: E402
+from engines.env.config import EnvConfig  # noqa: E402
+from engines.env.corpus import load_corpus, save_corpus  # noqa: E402
+from engines.env.grader import GradingPool, targeted_command  # noqa: E402
+from engines.env.micro import generate_micro_tasks  # noqa: E402
+from engines.env.report import evaluate, frame_log  # noqa: E402
+from engines.env.sandbox import _sandbox_env, make_runner  # noqa: E402
+from engines.env.types import Task  # noqa: E402
+from engines.env.workspace import Workspace, git_apply  # noqa: E402
+
+
+def bench_corpus(path: str | None, n: int) -> list[Task]:
+    if path:
+        tasks = [t for t in load_corpus(path) if t.env_name == "swe"]
+    else:
+        cache = Path(os.environ.get("TANDEM_CACHE", Path.home() / ".cache" / "tandem-rl")) / "bench-corpus"
+        if not (cache / "tasks.parquet").exists():
+            tasks, _ = build_corpus(BuildConfig(projects=["toolz"], tasks_per_project=n, max_mutants_per_project=60), cache)
+            save_corpus(tasks, cache)
+        tasks = load_corpus(cache)
+    by_repo: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_repo.setdefault(t.repo, []).append(t)
+    picked, i = [], 0
+    while len(picked) < n and any(i < len(v) for v in by_repo.values()):  # spread over projects
+        picked += [v[i] for v in by_repo.values() if i < len(v)]
+        i += 1
+    return picked[:n]
+
+
+def naive_grade(task: Task, patch: str, scratch: Path) -> bool:
+    """Fresh copy, full suite, unsandboxed: what a first grader usually does."""
+    work = Path(tempfile.mkdtemp(dir=scratch))
+    try:
+        shutil.copytree(task.snapshot_uri, work / "repo")
+        repo = work / "repo"
+        assert git_apply(repo, task.meta()["bug_patch"]) == ""
+        if git_apply(repo, patch):
+            return False
+        project = discover(repo)
+        cmd = " ".join([task.test_cmd, *map(shlex.quote, project.test_files)])
+        env = _sandbox_env(sys.executable)
+        proc = subprocess.run(["/bin/sh", "-c", cmd], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+        return evaluate(frame_log(proc.stdout + proc.stderr, proc.returncode), task.log_parser,
+                        task.FAIL_TO_PASS, task.PASS_TO_PASS).resolved
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def sandbox_overhead(tasks: list[Task], config: EnvConfig, scratch: Path, repeats: int) -> tuple[float, float, float]:
+    runner = make_runner(config)
+    env = _sandbox_env(config.python)
+    boxed = plain = 0.0
+    for task in tasks:
+        ws = Workspace.for_task(task, scratch)
+        cmd = targeted_command(task)
+        runner.run(cmd, ws.root)  # warm file caches for both
+        for _ in range(repeats):
+            t = time.monotonic()
+            subprocess.run(["/bin/sh", "-c", cmd], cwd=ws.root, env=env, capture_output=True, timeout=600)
+            plain += time.monotonic() - t
+            t = time.monotonic()
+            runner.run(cmd, ws.root)
+            boxed += time.monotonic() - t
+        ws.destroy()
+    return (boxed - plain) / plain, boxed, plain
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", help="corpus directory (default: a cached toolz corpus)")
+    parser.add_argument("--tasks", type=int, default=8, help="real-project tasks (2 episodes each)")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats of each run for the overhead")
+    args = parser.parse_args()
+
+    tasks = bench_corpus(args.corpus, args.tasks)
+    episodes = [(t, t.patch) for t in tasks] + [(t, "") for t in tasks]
+    scratch = Path(tempfile.mkdtemp(prefix="bench-grading-"))
+    config = EnvConfig(scratch_dir=str(scratch))
+    try:
+        start = time.monotonic()
+        naive = [naive_grade(t, p, scratch) for t, p in episodes]
+        naive_s = time.monotonic() - start
+
+        with GradingPool(config) as pool:
+            pool.grade_many(episodes[:pool.workers])  # warm up: parser import, first copies
+            start = time.monotonic()
+            ours = pool.grade_many(episodes)
+            ours_s = time.monotonic() - start
+            workers = pool.workers
+
+        overhead, boxed, plain = sandbox_overhead(tasks[:4], config, scratch, args.repeats)
+
+        micro = generate_micro_tasks(12, seed=1)
+        with GradingPool(config, workers=1) as pool:
+            pool.grade_one(micro[0], micro[0].patch)
+            micro_s = statistics.median(pool.grade_one(t, p).grading_s for t in micro for p in (t.patch, ""))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    result = {
+        "episodes": len(episodes),
+        "projects": sorted({t.repo for t in tasks}),
+        "workers": workers,
+        "naive_episodes_per_s": round(len(episodes) / naive_s, 3),
+        "ours_episodes_per_s": round(len(episodes) / ours_s, 3),
+        "throughput_ratio": round(naive_s / ours_s, 2),
+        "decisions_agree": naive == [r.resolved for r in ours],
+        "resolved": sum(r.resolved for r in ours),
+        "infra_failures": sum(r.infra_failure for r in ours),
+        "sandboxed_run_s": round(boxed, 3),
+        "plain_run_s": round(plain, 3),
+        "sandbox_overhead": round(overhead, 4),
+        "micro_grade_s": round(micro_s, 3),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
