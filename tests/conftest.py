@@ -1,0 +1,69 @@
+"""Fixtures shared across the suite: a tiny MoE checkpoint and a real S3 server."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Keep every test process polite on a 2-core machine.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised tiny Qwen3-MoE with a tokenizer trained on code-like text."""
+    from engines.model.tiny import create_tiny_model
+
+    texts = [
+        "def add(a, b):\n    return a + b\n",
+        "def is_even(n):\n    return n % 2 == 0\n",
+        "edit m.py 3\n    return x - 1\n",
+        "FAILED test_m.py::test_add - assert 3 == 4\n",
+        "view m.py\nsubmit\ntest\nbash\nls -la\n",
+    ] * 50
+    return create_tiny_model(tmp_path_factory.mktemp("tiny-moe"), texts)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[dict[str, str]]:
+    """moto's S3 server on loopback (a real HTTP S3 endpoint, not a mock of s3fs).
+
+    Yields the environment a client needs; sets it in os.environ for the session.
+    """
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: dict[str, str], request: pytest.FixtureRequest) -> str:
+    """A fresh bucket per test (created with boto3: s3fs mkdir fails on moto in us-east-1)."""
+    import boto3
+
+    name = "t-" + request.node.name.lower().replace("_", "-")[:40].strip("-[]")
+    name = "".join(c if c.isalnum() or c == "-" else "-" for c in name)
+    boto3.client("s3", endpoint_url=s3_server["AWS_ENDPOINT_URL"]).create_bucket(Bucket=name)
+    return name
