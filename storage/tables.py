@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from datetime import datetime, timezone
 from typing import Any
 
@@ -17,8 +18,9 @@ def write_step_metrics(store: Store, run: str, step: int, metrics: dict[str, Any
     """One row of the `steps` table. Known columns by name; anything else goes to `extra`."""
     known = set(STEPS.names) - {"run_id", "step", "extra", "written_at"}
     row = {k: v for k, v in metrics.items() if k in known}
-    others = {k: v for k, v in metrics.items() if k not in STEPS.names}
-    not_numbers = sorted(k for k, v in others.items() if not isinstance(v, (int, float)))
+    # None means 'not measured this step': left out, like an absent key.
+    others = {k: v for k, v in metrics.items() if k not in STEPS.names and v is not None}
+    not_numbers = sorted(k for k, v in others.items() if not isinstance(v, numbers.Real))
     if not_numbers:
         raise ValueError(
             f"step metrics {not_numbers} are neither columns of the steps table nor numbers; "
