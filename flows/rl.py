@@ -67,7 +67,7 @@ def _prepare_tasks(config: RunConfig, store, corpus_dir: str) -> str:
 def _summarize(config: RunConfig, store, evals: dict, wall_s: float) -> dict[str, Any]:
     lake = connect(store, config.run)
     steps = lake.sql("SELECT * EXCLUDE (extra) FROM steps ORDER BY step").fetch_arrow_table().to_pylist()
-    staleness = lake.sql("SELECT max(step - min_policy_version) FROM rollouts").fetchone()[0] or 0
+    staleness = lake.sql("SELECT max(step - min_policy_version) FROM rollouts").fetchall()[0][0] or 0
     if staleness > config.rl.async_level:
         raise StalenessError(f"stored episodes are {staleness} versions stale, above async_level={config.rl.async_level}")
     before, after = evals["before"], evals["after"]

@@ -16,7 +16,6 @@ from typing import Annotated, Optional
 import typer
 
 from flows.config import ConfigError, load_config
-from flows.run_config import RunConfig
 
 _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -26,6 +25,8 @@ def run_command(
     config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with a RunConfig (sections: rl, trainer, ...).")] = None,
 ) -> None:
     """Run asynchronous RL end to end; extra `--section.key value` pairs override the config."""
+    from flows.run_config import RunConfig  # torch and transformers load only for this command
+
     try:
         cfg = load_config(RunConfig, config, list(ctx.args))
     except (ConfigError, FileNotFoundError) as exc:

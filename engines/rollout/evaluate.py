@@ -22,11 +22,13 @@ class EvalResult:
     pass_at_1_sampled: float  # mean over the k samples
     k: int
     infra_failures: int
+    infra_example: str = ""  # the first infrastructure failure's message, for diagnosis
 
-    def as_dict(self) -> dict[str, float | int]:
-        return {f"pass@1": self.pass_at_1, f"pass@{self.k}": self.pass_at_k,
+    def as_dict(self) -> dict[str, float | int | str]:
+        return {"pass@1": self.pass_at_1, f"pass@{self.k}": self.pass_at_k,
                 "pass@1_sampled": self.pass_at_1_sampled, "tasks": self.tasks,
-                "version": self.version, "infra_failures": self.infra_failures}
+                "version": self.version, "infra_failures": self.infra_failures,
+                "infra_example": self.infra_example}
 
 
 async def evaluate(
@@ -42,7 +44,7 @@ async def evaluate(
     solved_any: dict[str, bool] = {}
     for e, g in zip(s_eps, s_grades):
         solved_any[e.task_id] = solved_any.get(e.task_id, False) or g.resolved
-    infra = sum(g.infra_failure for g in (*g_grades, *s_grades))
+    failed = [g for g in (*g_grades, *s_grades) if g.infra_failure]
     return EvalResult(
         version=version,
         tasks=len(tasks),
@@ -50,5 +52,6 @@ async def evaluate(
         pass_at_k=sum(solved_any.values()) / len(tasks),
         pass_at_1_sampled=sum(g.resolved for g in s_grades) / max(1, len(s_grades)),
         k=k,
-        infra_failures=infra,
+        infra_failures=len(failed),
+        infra_example=failed[0].infra_message[:500] if failed else "",
     )

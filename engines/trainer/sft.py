@@ -82,7 +82,7 @@ def sft_train(model, episodes: list[Episode], cfg: TrainerConfig, log=print) -> 
             rng.shuffle(more)
             order += more
         picked, order = order[: sft.batch_size], order[sft.batch_size :]
-        batch = make_batch([episodes[i] for i in picked], cfg.seq_len)
+        batch = make_batch([episodes[i] for i in picked], cfg.seq_len, cfg.packing)
         loss_sum, n = nll_sum(model, batch)
         loss = loss_sum / n
         if not torch.isfinite(loss):
