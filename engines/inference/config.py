@@ -98,6 +98,11 @@ class InferenceConfig(BaseModel):
     kv_cache_gb: float = Field(1.0, gt=0, description="KV cache per server in GB (VLLM_CPU_KVCACHE_SPACE on CPU; on GPU it sets --kv-cache-memory-bytes).")
     max_num_seqs: int = Field(32, ge=1, description="Sequences one server batches at once (--max-num-seqs).")
     concurrency_per_server: int = Field(32, ge=1, description="Requests the pool keeps in flight per server; more wait in the pool.")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "auto",
+        description="Weight and activation dtype of the servers. 'auto' follows the checkpoint, except that vLLM's CPU build "
+        "downcasts float32 to bfloat16; set 'float32' to match a float32 trainer's logprobs exactly.",
+    )
     enforce_eager: bool = Field(True, description="Skip CUDA graphs / compilation: fast start, needed on small CPUs.")
     server_threads: int = Field(1, ge=1, description="OpenMP threads per local CPU server (OMP_NUM_THREADS).")
     startup_timeout_s: float = Field(300.0, gt=0, description="Deadline for a local server to become healthy, in seconds.")
@@ -105,6 +110,12 @@ class InferenceConfig(BaseModel):
     connect_timeout_s: float = Field(5.0, gt=0, description="Deadline to open a connection to a server in seconds.")
     max_retries: int = Field(2, ge=0, description="Re-sends of a request after a connection failure or a dead server.")
     max_restarts: int = Field(3, ge=0, description="Restarts of one local server that died before the pool gives up on it.")
+    weight_update: Literal["auto", "reload", "restart"] = Field(
+        "auto",
+        description="How servers take new weights. 'reload': pause, reload in place, resume (fast). 'restart': drain the "
+        "server's requests, restart it on the new weights (local servers only; tens of seconds). 'auto': restart on "
+        "vLLM's CPU build, whose in-place reload corrupts MoE expert weights (weight_dirs.py), reload elsewhere.",
+    )
     verify_checksums: bool = Field(True, description="After a weight update, check that every server reports identical weight checksums.")
     log_dir: str | None = Field(None, description="Directory for server logs; None: a temporary directory.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Default sampling of a model turn.")
@@ -125,6 +136,8 @@ class InferenceConfig(BaseModel):
         for url in self.server_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"server_urls: {url!r} is not an http(s) URL; write it as http://host:port")
+        if self.server_urls and self.weight_update == "restart":
+            raise ValueError("weight_update='restart' restarts local servers: leave server_urls empty or use 'reload'")
         if self.server_urls and self.cluster.disaggregation is not None:
             raise ValueError("cluster.disaggregation starts its own prefill and decode servers: leave server_urls empty")
         return self

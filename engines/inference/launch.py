@@ -80,6 +80,7 @@ def server_command(cfg: InferenceConfig, python: str, port: int, cpu_build: bool
         "--port", str(port),
         "--max-model-len", str(cfg.max_model_len),
         "--max-num-seqs", str(cfg.max_num_seqs),
+        "--dtype", cfg.dtype,
         "--enable-prefix-caching",  # turns of one episode share their prefix
         "--uvicorn-log-level", "warning",
     ]  # fmt: skip
@@ -102,12 +103,26 @@ def server_command(cfg: InferenceConfig, python: str, port: int, cpu_build: bool
     return argv
 
 
-def server_environment(cfg: InferenceConfig, cpu_build: bool) -> dict[str, str]:
-    """Environment of a server process: ours plus what vLLM reads."""
+def server_environment(cfg: InferenceConfig, cpu_build: bool, index: int = 0) -> dict[str, str]:
+    """Environment of local server `index`: ours plus what vLLM reads."""
     env = dict(os.environ)
     # /collective_rpc (in-place weight reload) and /reset_prefix_cache are dev routes.
     env["VLLM_SERVER_DEV_MODE"] = "1"
     if cpu_build:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gb)))  # whole GB
         env["OMP_NUM_THREADS"] = str(cfg.server_threads)
+        single_rank = cfg.cluster.tensor_parallel_size * cfg.cluster.data_parallel_size == 1
+        if single_rank and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpu_cores_for(index, cfg.server_threads)))
     return env
+
+
+def cpu_cores_for(index: int, threads: int) -> list[int]:
+    """Cores of local server `index`, round-robin over the cores this process may use.
+
+    vLLM's automatic binding puts every server on the same first core; spreading them
+    lets N servers on N cores run side by side.
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    start = index * threads
+    return sorted({cores[(start + k) % len(cores)] for k in range(threads)})

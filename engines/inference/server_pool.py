@@ -9,9 +9,14 @@ Owns:
 - recovery: a request whose server stopped answering is re-sent (to another healthy
   server, or to the same one once restarted); a dead local server is restarted, with
   the current weights loaded, at most `max_restarts` times;
-- weight updates: pause (keeping in-flight requests) -> reload -> verify -> resume,
-  resume in `finally`, on every server; the version is recorded per server and each
-  completion carries the version its server had when the request was sent.
+- weight updates, one of two ways (config `weight_update`):
+  reload: pause (keeping in-flight requests) -> reload -> verify -> resume, resume
+  in `finally`, on every server at once;
+  restart (vLLM's CPU build, whose in-place reload is wrong for MoE experts): one
+  server at a time, route new requests elsewhere (or hold them), let its in-flight
+  requests finish on the old weights, restart it on the new ones, verify;
+  the version is recorded per server and each completion carries the version its
+  server had when the request was sent.
 
 Invariant: a request either returns a completion or raises; it is never dropped.
 Does not know about episodes (`agent.py`) or the request format (`client.py`).
@@ -32,6 +37,7 @@ import httpx
 from engines.inference import launch, routes
 from engines.inference.client import CompletionClient, ServerUnavailable
 from engines.inference.config import InferenceConfig
+from engines.inference.weight_dirs import reload_dir, serving_dir
 from engines.inference.server_process import LocalServer, ServerStartError, free_port
 from engines.inference.types import Completion, SamplingParams
 
@@ -65,12 +71,14 @@ class ServerPool:
         self.cfg = cfg
         self.slots: list[ServerSlot] = []
         self.version = version
-        self.weights_dir: str | None = None  # last weights loaded by update_weights
+        self.weights_dir: str | None = None  # last weights published to update_weights
+        self._reload_from: str | None = None  # what the servers reload for it (reload_dir.py)
         self.model_name = cfg.served_model_name
         self.log_dir = Path(cfg.log_dir) if cfg.log_dir else Path(tempfile.mkdtemp(prefix="vllm-logs-"))
         self._affinity: dict[str, ServerSlot] = {}
         self._update_lock = asyncio.Lock()
         self._cpu_build = False
+        self._restart_updates = cfg.weight_update == "restart"
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(cfg.request_timeout_s, connect=cfg.connect_timeout_s),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
@@ -102,8 +110,9 @@ class ServerPool:
         python = launch.vllm_python()
         self._cpu_build = launch.is_cpu_build(python)
         launch.check_supported(self.cfg, self._cpu_build)
-        env = launch.server_environment(self.cfg, self._cpu_build)
+        self._restart_updates = self.cfg.weight_update == "restart" or (self.cfg.weight_update == "auto" and self._cpu_build)
         for i in range(self.cfg.num_servers):
+            env = launch.server_environment(self.cfg, self._cpu_build, i)
             port = self.cfg.base_port + i if self.cfg.base_port else free_port(self.cfg.host)
             url = f"http://{self.cfg.host}:{port}"
             argv = launch.server_command(self.cfg, python, port, self._cpu_build)
@@ -232,8 +241,8 @@ class ServerPool:
         except ServerStartError:
             log.exception("restart of server %s failed", slot.url)
             return
-        if self.weights_dir is not None:  # the process started from model_dir: bring it to the current version
-            await routes.reload_weights(self._http, slot.url, self.weights_dir, self.cfg.request_timeout_s)
+        if self._reload_from is not None and not self._restart_updates:  # started from model_dir: bring it up to date
+            await routes.reload_weights(self._http, slot.url, self._reload_from, self.cfg.request_timeout_s)
         await routes.set_weight_version(self._http, slot.url, self.version)
         slot.version = self.version
         slot.healthy = True
@@ -248,9 +257,11 @@ class ServerPool:
     async def update_weights(self, weights_dir: str, version: int) -> float:
         """Load the weights the trainer published as `version` into every server.
 
-        Per server: pause (in-flight requests kept), reload from `weights_dir`, set and
-        check the version, drop the prefix cache, resume (always). Then, with
-        `verify_checksums`, all servers must report identical weights. Returns seconds.
+        reload: per server, pause (in-flight requests kept), reload from `weights_dir`,
+        set and check the version, drop the prefix cache, resume (always).
+        restart: per server in turn, drain, restart on `weights_dir`, set the version.
+        Then, with `verify_checksums`, all servers must report identical weights.
+        Returns the seconds the update took.
         """
         path = Path(weights_dir)
         if not path.is_dir() or not any(path.glob("*.safetensors")):
@@ -261,21 +272,60 @@ class ServerPool:
         async with self._update_lock:
             self.weights_dir = str(path.resolve())
             self.version = version  # restarts from now on load this version
-            results = await asyncio.gather(*(self._update_server(s) for s in self.slots if s.healthy), return_exceptions=True)
-            failures = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
-            if failures:
-                raise WeightUpdateError(f"weight update to version {version} failed: " + " | ".join(failures))
+            if self._restart_updates:
+                await self._restart_all(path.resolve())
+            else:
+                await self._reload_all(path.resolve())
             if self.cfg.verify_checksums and len(self.slots) > 1:
                 await self._verify_same_weights()
         elapsed = time.monotonic() - start
         log.info("weights version %d from %s loaded on %d server(s) in %.2f s", version, path, len(self.slots), elapsed)
         return elapsed
 
+    async def _reload_all(self, path: Path) -> None:
+        staging = self.log_dir if self.cfg.local else None  # attached servers must see it: beside the weights
+        self._reload_from = str(await asyncio.to_thread(reload_dir, path, Path(self.cfg.model_dir), staging))
+        results = await asyncio.gather(*(self._update_server(s) for s in self.slots if s.healthy), return_exceptions=True)
+        failures = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise WeightUpdateError(f"weight update to version {self.version} failed: " + " | ".join(failures))
+
+    async def _restart_all(self, path: Path) -> None:
+        model = await asyncio.to_thread(serving_dir, path, Path(self.cfg.model_dir), self.log_dir, self.version)
+        for slot in self.slots:  # any restart from now on, crash or update, starts the new weights
+            assert slot.process is not None
+            slot.process.set_model(str(model))
+        for slot in self.slots:  # one at a time: the others keep serving
+            assert slot.process is not None
+            if slot.recovering is not None and not slot.recovering.done():
+                await slot.recovering  # a crash restart in progress; it started the old weights
+            slot.recovering = asyncio.create_task(self._drain_and_restart(slot))
+            await slot.recovering
+            if not slot.healthy:
+                raise WeightUpdateError(f"server {slot.url} did not come back on version {self.version}; log {slot.process.log_path}")
+
+    async def _drain_and_restart(self, slot: ServerSlot) -> None:
+        assert slot.process is not None
+        slot.healthy = False  # new requests go to other servers, or wait for this one
+        deadline = time.monotonic() + self.cfg.request_timeout_s
+        while slot.load > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)  # in-flight requests finish on the old weights
+        await asyncio.to_thread(slot.process.stop)
+        slot.process.start()
+        try:
+            await slot.process.wait_healthy(self.cfg.startup_timeout_s)
+        except ServerStartError:
+            log.exception("server %s failed to start on version %d", slot.url, self.version)
+            return
+        await routes.set_weight_version(self._http, slot.url, self.version)
+        slot.version = self.version
+        slot.healthy = True
+
     async def _update_server(self, slot: ServerSlot) -> None:
-        assert self.weights_dir is not None
+        assert self._reload_from is not None
         await routes.pause(self._http, slot.url)
         try:
-            await routes.reload_weights(self._http, slot.url, self.weights_dir, self.cfg.request_timeout_s)
+            await routes.reload_weights(self._http, slot.url, self._reload_from, self.cfg.request_timeout_s)
             await routes.set_weight_version(self._http, slot.url, self.version)
             served = await routes.weight_version(self._http, slot.url)
             if served != str(self.version):

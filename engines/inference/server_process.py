@@ -47,6 +47,10 @@ class LocalServer:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 
+    def set_model(self, model_dir: str) -> None:
+        """Serve `model_dir` from the next start on (same served model name)."""
+        self.argv[self.argv.index("--model") + 1] = model_dir
+
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:

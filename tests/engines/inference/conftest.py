@@ -25,6 +25,7 @@ def small_config(model_dir: Path, **overrides: Any) -> InferenceConfig:
     base: dict[str, Any] = {
         "model_dir": str(model_dir),
         "max_model_len": 1024,
+        "dtype": "float32",  # the CPU build would downcast to bfloat16; float32 matches transformers' logprobs
         "kv_cache_gb": 1,
         "max_num_seqs": 32,
         "concurrency_per_server": 32,

@@ -37,15 +37,19 @@ def test_a_server_exiting_during_start_up_is_reported_with_its_log(vllm_availabl
 
 
 @pytest.mark.slow
-def test_two_servers_affinity_updates_and_a_kill_mid_batch(vllm_available: str, run: Any, tiny_model_dir: Path, second_checkpoint: Path) -> None:
-    async def scenario() -> None:
-        async with ServerPool(small_config(tiny_model_dir, num_servers=2, max_restarts=1)) as pool:
+def test_two_servers_share_sessions_and_pause_reload_resume(vllm_available: str, run: Any, tiny_model_dir: Path, second_checkpoint: Path) -> None:
+    # weight_update="reload" exercises the in-place path (pause, reload, verify, resume)
+    # that GPU builds use; on the CPU build its expert weights are not exact
+    # (weight_dirs.py), so only the mechanics are checked here.
+    async def scenario() -> ServerPool:
+        async with ServerPool(small_config(tiny_model_dir, num_servers=2, weight_update="reload")) as pool:
+            assert len(set(pool.urls)) == 2
             await check_session_affinity(pool)
-            await check_update_reaches_both(pool, second_checkpoint)
-            await check_kill_mid_batch(pool)
-        assert all(not s.process.alive() for s in pool.slots)  # close() stopped everything
+            await check_reload_keeps_in_flight_requests(pool, second_checkpoint)
+        return pool
 
-    run(scenario())
+    pool = run(scenario())
+    assert all(not s.process.alive() for s in pool.slots)  # close() stopped everything
 
 
 async def check_session_affinity(pool: ServerPool) -> None:
@@ -57,25 +61,17 @@ async def check_session_affinity(pool: ServerPool) -> None:
     assert {pool.server_of(s) for s in sessions} == set(pool.urls)  # new sessions spread over both
 
 
-async def check_update_reaches_both(pool: ServerPool, weights: Path) -> None:
-    await pool.update_weights(str(weights), 1)  # verify_checksums: both report identical weights
-    a, b = [await pool.client.complete(url, PROMPT, SamplingParams(max_tokens=12, seed=5), retries=0) for url in pool.urls]
-    assert a.token_ids == b.token_ids and a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+async def check_reload_keeps_in_flight_requests(pool: ServerPool, weights: Path) -> None:
+    probe = SamplingParams(max_tokens=12, seed=5)
+    before = await pool.generate(PROMPT, probe)
+    batch = [asyncio.create_task(pool.generate(PROMPT, SamplingParams(max_tokens=150, seed=s), f"b{s}")) for s in range(8)]
+    await asyncio.sleep(0.5)
+    await pool.update_weights(str(weights), 1)  # verify_checksums: both servers report identical weights
+    done = await asyncio.gather(*batch)
+    assert all(c.token_ids and c.weight_version == 0 for c in done)  # paused with mode=keep: none aborted
+    assert {c.server_url for c in done} == set(pool.urls)
+    a, b = [await pool.client.complete(url, PROMPT, probe, retries=0) for url in pool.urls]
+    assert a.token_ids == b.token_ids and a.logprobs != pytest.approx(before.logprobs, abs=1e-3)
     assert [s.version for s in pool.slots] == [1, 1]
-
-
-async def check_kill_mid_batch(pool: ServerPool) -> None:
-    killed = pool.slots[0]
-    batch = [asyncio.create_task(pool.generate(PROMPT, SamplingParams(max_tokens=120, seed=s), f"k{s}")) for s in range(12)]
-    await asyncio.sleep(1.0)
-    on_killed = [s for s in range(12) if pool.server_of(f"k{s}") == killed.url]
-    assert on_killed
-    await asyncio.to_thread(killed.process.kill)
-    done = await asyncio.gather(*batch)  # none dropped: re-sent to the other server
-    assert len(done) == 12 and all(c.token_ids for c in done)
-    assert sum(c.server_url == pool.slots[1].url for c in done) > 12 - len(on_killed)  # some were re-sent
-    await asyncio.wait_for(killed.recovering, timeout=240)  # restarted with the current weights
-    assert killed.healthy and killed.restarts == 1 and killed.version == 1
-    a, b = [await pool.client.complete(url, PROMPT, SamplingParams(max_tokens=12, seed=5), retries=0) for url in pool.urls]
-    assert a.token_ids == b.token_ids  # the restarted server serves the updated weights
     assert [await routes.weight_version(pool._http, url) for url in pool.urls] == ["1", "1"]
+    assert [await routes.is_paused(pool._http, url) for url in pool.urls] == [False, False]

@@ -1,0 +1,89 @@
+"""Directories a server loads published weights from.
+
+`serving_dir`: a model directory for a fresh server start with new weights: the
+config and tokenizer of the original model directory plus the published safetensors
+(links, nothing copied). Used by the restart update on vLLM's CPU build, whose
+in-place reload corrupts MoE expert weights: reloading the very checkpoint a
+server started from moved its logprobs by 0.07 nats and a checkpoint with new
+experts by 0.46 (vLLM 0.32 CPU, float32 and bfloat16 alike; the CPU experts'
+weights are pre-packed after loading, and the layer-wise reload does not reproduce
+that packing).
+
+`reload_dir`: what to pass to the in-place reload (GPU build). vLLM 0.32 reloads
+weights layer by layer. A model with tied word embeddings (the tiny MoE, many small
+models) saves no `lm_head.weight`; on reload the embedding gets the new weights,
+the LM head gets none, and vLLM puts the old tensor back into it
+("ParallelLMHead: Failed to load weights" in the server log): the server then
+samples from new hidden states through the old output layer. Measured here: served
+logprobs off by up to 20 nats after a reload.
+
+The fix uses only vLLM's public loading: when the checkpoint is tied and lacks
+`lm_head.weight`, reload from a staging directory holding links to the published
+safetensors files plus one small file with `lm_head.weight` = the new embedding.
+The published directory itself is never modified.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+EMBEDDING = "model.embed_tokens.weight"
+LM_HEAD = "lm_head.weight"
+
+
+def is_tied(config_dir: Path) -> bool:
+    config = json.loads((config_dir / "config.json").read_text())
+    text = config.get("text_config") or {}
+    return bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
+
+
+def tensor_names(weights_dir: Path) -> dict[str, Path]:
+    """Every tensor name in the directory's safetensors files -> its file."""
+    names: dict[str, Path] = {}
+    for file in sorted(weights_dir.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            names.update({k: file for k in f.keys()})
+    return names
+
+
+def serving_dir(weights_dir: Path, model_dir: Path, root: Path, version: int) -> Path:
+    """A model directory (under `root`) holding `weights_dir`'s weights and the rest of
+    `model_dir` (config, tokenizer, generation config) for a server to start from."""
+    out = root / f"serving-v{version}"
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    weight_files = {p.name for p in weights_dir.iterdir() if p.name.endswith((".safetensors", ".safetensors.index.json"))}
+    for src in model_dir.iterdir():
+        if src.is_file() and not src.name.endswith((".safetensors", ".safetensors.index.json")):
+            os.symlink(src.resolve(), out / src.name)
+    for name in weight_files:
+        os.symlink((weights_dir / name).resolve(), out / name)
+    return out
+
+
+def reload_dir(weights_dir: Path, config_dir: Path, staging_root: Path | None = None) -> Path:
+    """The directory to pass to vLLM's reload for `weights_dir`: itself, or a staging
+    directory (under `staging_root`, else beside `weights_dir`; the servers must see
+    it) with an explicit LM head when the model ties it to the embedding."""
+    if not is_tied(config_dir):
+        return weights_dir
+    names = tensor_names(weights_dir)
+    if LM_HEAD in names or EMBEDDING not in names:
+        return weights_dir
+    staged = (staging_root or weights_dir.parent) / f".{weights_dir.name}.vllm-reload"
+    if staged.exists():
+        shutil.rmtree(staged)
+    staged.mkdir()
+    for file in sorted(set(names.values())):
+        os.symlink(file.resolve(), staged / file.name)
+    with safe_open(str(names[EMBEDDING]), framework="pt") as f:
+        embedding = f.get_tensor(EMBEDDING)
+    save_file({LM_HEAD: embedding.contiguous()}, str(staged / "tied-lm-head.safetensors"))
+    return staged
