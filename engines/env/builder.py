@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import queue
 import random
 import shlex
 import tempfile
@@ -120,6 +121,9 @@ def build_project(pin: SdistPin, out: Path, config: BuildConfig, log=print) -> t
     workers = env.worker_count()
     scratch = Path(tempfile.mkdtemp(prefix=f"build-{pin.name}-", dir=_scratch(env)))
     spaces = [Workspace(scratch / f"w{i}", clean) for i in range(workers)]
+    free: queue.Queue[Workspace] = queue.Queue()  # each job borrows a copy no other job is using
+    for ws in spaces:
+        free.put(ws)
     # A test module whose own dependencies are missing is skipped, not fatal to the suite.
     suite = " ".join([project.test_cmd, "--continue-on-collection-errors", *map(shlex.quote, project.test_files)])
 
@@ -140,9 +144,7 @@ def build_project(pin: SdistPin, out: Path, config: BuildConfig, log=print) -> t
             if len(kept) >= config.tasks_per_project:
                 break
             batch = candidates[i : i + workers * 2]
-            jobs = [pool.submit(_try_mutant, spaces[j % workers], suite, mutant_runner, stable, config, pin, project, f, m)
-                    for j, (f, m) in enumerate(batch)]
-            # one workspace per worker: run jobs of the same workspace sequentially
+            jobs = [pool.submit(_try_mutant, free, suite, mutant_runner, stable, config, pin, project, f, m) for f, m in batch]
             drafts = [job.result() for job in jobs]
             report.mutants_tried += len(batch)
             fresh = []
@@ -176,26 +178,24 @@ def _stable_tests(runner, ws: Workspace, suite: str, runs: int) -> tuple[float, 
         durations.append(run.duration_s)
         status, _ = parse_statuses(frame_log(run.output, 0), LOG_PARSER)
         seen |= set(status)
-        passed = {t for t, s in status.items() if s == "PASSED" and not any(c.isspace() for c in t)}
+        # An id with unbalanced brackets was cut at a space by the parser: not a usable test id.
+        passed = {t for t, s in status.items() if s == "PASSED" and t.count("[") == t.count("]")}
         passed_all = passed if passed_all is None else passed_all & passed
     return max(durations), sorted(passed_all or ()), len(seen)
 
 
-_locks: dict[int, object] = {}
-
-
-def _try_mutant(ws: Workspace, suite: str, runner, stable: list[str], config: BuildConfig, pin: SdistPin,
-                project: Project, rel: str, mutation: Mutation) -> Task | str:
+def _try_mutant(free: "queue.Queue[Workspace]", suite: str, runner, stable: list[str], config: BuildConfig,
+                pin: SdistPin, project: Project, rel: str, mutation: Mutation) -> Task | str:
     """One mutant's suite run; a draft task, or the reason it was rejected."""
-    import threading
-
-    lock = _locks.setdefault(id(ws), threading.Lock())
-    with lock:
+    ws = free.get()
+    try:
         original = ws.base[rel].decode()
         mutant = mutation.apply(original)
         (ws.root / rel).write_text(mutant)
         run = runner.run(suite, ws.root)
         ws.reset()
+    finally:
+        free.put(ws)
     if run.timed_out:
         return "timeout"
     status, valid = parse_statuses(frame_log(run.output, run.exit_code), LOG_PARSER)

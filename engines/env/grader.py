@@ -50,7 +50,18 @@ def protected_files(task: Task) -> frozenset[str]:
 
 
 def targeted_command(task: Task) -> str:
-    return " ".join([task.test_cmd, *(shlex.quote(t) for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS))])
+    """The task's test command on its F2P and P2P tests, named by `file::function`.
+
+    Parameters are dropped from the ids given to pytest (all parametrizations of a
+    test run): an id as a log parser derives it may not be addressable (swebench's
+    pytest parser cuts ids at spaces). Statuses of tests outside F2P/P2P are ignored.
+    """
+    return " ".join([task.test_cmd, *node_args((*task.FAIL_TO_PASS, *task.PASS_TO_PASS))])
+
+
+def node_args(test_ids: Sequence[str]) -> list[str]:
+    """Shell-quoted `file::function` pytest arguments for `test_ids`, in order, without repeats."""
+    return [shlex.quote(n) for n in dict.fromkeys(t.split("[", 1)[0] for t in test_ids)]
 
 
 class _Slot:

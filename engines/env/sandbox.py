@@ -31,7 +31,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -114,7 +114,7 @@ class BwrapRunner:
             return RunResult(None, result.output, False, result.truncated, result.duration_s, started=False,
                              infra_message=f"bubblewrap failed to start the sandbox: {result.output.strip()[-500:]}")
         if "exit-code" in status and result.exit_code is not None:
-            result = _replace(result, exit_code=int(status["exit-code"]))
+            result = replace(result, exit_code=int(status["exit-code"]))
         return result
 
 
@@ -244,12 +244,6 @@ def _sandbox_env(python: str) -> dict[str, str]:
         "PYTHONHASHSEED": "0",
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # pytest starts ~3x faster; projects needing plugins list them
     }
-
-
-def _replace(result: RunResult, **changes) -> RunResult:
-    from dataclasses import replace
-
-    return replace(result, **changes)
 
 
 def _warn_without_cgroups(missing: bool) -> None:

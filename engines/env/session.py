@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from engines.env.config import EnvConfig
+from engines.env.grader import node_args
 from engines.env.micro import numbered
 from engines.env.report import evaluate, frame_log
 from engines.env.sandbox import Runner, make_runner
@@ -113,7 +114,7 @@ class EnvSession:
     def _test(self, action: Action) -> str:
         """Run the visible tests (the task's FAIL_TO_PASS) and summarise per test."""
         ids = list(self.task.FAIL_TO_PASS)
-        cmd = " ".join([self.task.test_cmd, *(_quote(t) for t in ids)])
+        cmd = " ".join([self.task.test_cmd, *node_args(ids)])
         run = self._sandbox().run(cmd, self.workspace.root)
         if not run.started:
             return f"error: {run.infra_message}"
@@ -154,8 +155,3 @@ class EnvSession:
         limit = self.config.observation_chars
         return text if len(text) <= limit else text[: limit - 20] + "\n[... truncated]"
 
-
-def _quote(test_id: str) -> str:
-    import shlex
-
-    return shlex.quote(test_id)

@@ -28,10 +28,13 @@ from .conftest import needs_bwrap
 pytestmark = [pytest.mark.sandbox, needs_bwrap]
 
 
-def _module_patch(task: Task, prefix: str, fixed: bool = False) -> str:
+def _module_patch(task: Task, attack: str) -> str:
+    """The buggy module with `attack` appended: code that runs when the tests import it.
+
+    Appended, so definitions the attack obtains (the fixed module) replace the buggy ones.
+    """
     base = base_files(task)
-    module = (apply_to_files(base, task.patch, "gold") if fixed else base)["m.py"].decode()
-    return unified_diff(base, base | {"m.py": (prefix + "\n" + module).encode()})
+    return unified_diff(base, base | {"m.py": base["m.py"] + b"\n" + attack.encode() + b"\n"})
 
 
 def _fixed_source(task: Task) -> str:
