@@ -1,5 +1,8 @@
 """What a user sees of a run in the Prefect UI: a per-step table, reward and
-pass-rate curves as a picture, and a summary with a ready `tandem query`."""
+pass-rate curves as a picture, and a summary with a ready `tandem query`.
+
+The async artifact calls are used because the flows are async: Prefect's sync
+variants turn into un-awaited coroutines there and silently create nothing."""
 
 from __future__ import annotations
 
@@ -11,13 +14,13 @@ import matplotlib
 
 matplotlib.use("Agg")  # headless: no display on servers and CI
 import matplotlib.pyplot as plt  # noqa: E402
-from prefect.artifacts import create_image_artifact, create_markdown_artifact, create_table_artifact  # noqa: E402
+from prefect.artifacts import acreate_image_artifact, acreate_markdown_artifact, acreate_table_artifact  # noqa: E402
 
 STEP_COLUMNS = ["step", "policy_version", "reward_mean", "pass_rate", "staleness_max",
                 "completion_tokens", "generation_s", "training_s", "loss", "mismatch_kl"]
 
 
-def _slug(run: str) -> str:
+def slug(run: str) -> str:
     # Artifact keys allow lowercase letters, digits and dashes only.
     return "".join(c if c.isalnum() else "-" for c in run.lower()).strip("-")
 
@@ -39,16 +42,16 @@ def curve_png(steps: list[dict[str, Any]]) -> bytes:
     return buf.getvalue()
 
 
-def publish_step_artifacts(run: str, steps: list[dict[str, Any]]) -> None:
+async def publish_step_artifacts(run: str, steps: list[dict[str, Any]]) -> None:
     """Table of per-step metrics and the curve image (as a data URL, no file server needed)."""
-    key = _slug(run)
+    key = slug(run)
     rows = [{c: _fmt(r.get(c)) for c in STEP_COLUMNS} for r in steps]
-    create_table_artifact(key=f"{key}-steps", table=rows, description=f"Per-step metrics of run {run}")
+    await acreate_table_artifact(key=f"{key}-steps", table=rows, description=f"Per-step metrics of run {run}")
     url = "data:image/png;base64," + base64.b64encode(curve_png(steps)).decode()
-    create_image_artifact(image_url=url, key=f"{key}-curve", description=f"Reward and pass rate of run {run}")
+    await acreate_image_artifact(image_url=url, key=f"{key}-curve", description=f"Reward and pass rate of run {run}")
 
 
-def publish_summary(run: str, root: str, summary: dict[str, Any]) -> str:
+async def publish_summary(run: str, root: str, summary: dict[str, Any]) -> str:
     """Markdown summary with the trajectory location and a query to start from."""
     lines = [f"# Run `{run}`", "", "| metric | value |", "|---|---|"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in summary.items()]
@@ -61,7 +64,7 @@ def publish_summary(run: str, root: str, summary: dict[str, Any]) -> str:
         "```",
     ]
     markdown = "\n".join(lines)
-    create_markdown_artifact(key=f"{_slug(run)}-summary", markdown=markdown, description=f"Summary of run {run}")
+    await acreate_markdown_artifact(key=f"{slug(run)}-summary", markdown=markdown, description=f"Summary of run {run}")
     return markdown
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 
 from prefect import flow
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import acreate_table_artifact
 
 from engines.env.corpus import load_corpus
+from flows.artifacts import slug
 from flows.run_config import RunConfig
 from flows.runtime import rollout_runtime, work_dir
 from storage.atomic import write_bytes_atomic
@@ -24,7 +25,7 @@ async def evaluate(config: RunConfig = RunConfig(), corpus_dir: str | None = Non
     async with rollout_runtime(config, store, []) as rt:
         result = await evaluate_policy(rt, heldout, config.eval.samples, rt.pool.version)
     write_bytes_atomic(store, f"{config.run}/evals/version={result['version']}.json", json.dumps(result).encode())
-    create_table_artifact(key=f"{config.run.lower().replace('_', '-')}-eval", table=[result],
+    await acreate_table_artifact(key=f"{slug(config.run)}-eval", table=[result],
                           description=f"Held-out evaluation of run {config.run}")
     print("[eval] " + " ".join(f"{k}={v}" for k, v in result.items()))
     return result

@@ -8,10 +8,10 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.exceptions import ObjectAlreadyExists
 
+from tasks.limits import ROLLOUT_LIMIT, TRAINING_LIMIT
+
 WORK_POOL = "tandem-process"
-# name -> slots. One trainer per machine owns its cores/devices; one rollout lane
-# owns the vLLM servers it started.
-LIMITS = {"tandem-training": 1, "tandem-rollout": 1}
+LIMITS = {TRAINING_LIMIT: 1, ROLLOUT_LIMIT: 1}  # name -> slots
 
 
 def ensure_limits() -> None:

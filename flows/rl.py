@@ -21,6 +21,7 @@ from engines.staleness import StalenessError
 from engines.trainer.lane import LaneConfig
 from flows.artifacts import publish_step_artifacts, publish_summary
 from flows.lane_process import TrainerProcess
+from flows.prefect_setup import ensure_limits
 from flows.rollout_lane import rollout_lane
 from flows.run_config import RunConfig
 from flows.runtime import work_dir
@@ -33,6 +34,7 @@ from tasks.corpus import prepare_micro_corpus, use_corpus
 @flow(name="rl", log_prints=True)
 async def rl(config: RunConfig = RunConfig()) -> dict[str, Any]:
     started = time.monotonic()
+    ensure_limits()  # a limit that does not exist would be skipped with only a warning
     store = open_store(config.storage)
     work = work_dir(config)
     corpus = _prepare_tasks(config, store, str(work / "corpus"))
@@ -53,7 +55,7 @@ async def rl(config: RunConfig = RunConfig()) -> dict[str, Any]:
             t.cancel()
         await trainer.stop()
     evals = lanes[0].result()
-    summary = _summarize(config, store, evals, time.monotonic() - started)
+    summary = await _summarize(config, store, evals, time.monotonic() - started)
     return summary
 
 
@@ -64,7 +66,7 @@ def _prepare_tasks(config: RunConfig, store, corpus_dir: str) -> str:
     return prepare_micro_corpus(store, config.run, corpus_dir, t.train_tasks, t.heldout_tasks, t.seed)
 
 
-def _summarize(config: RunConfig, store, evals: dict, wall_s: float) -> dict[str, Any]:
+async def _summarize(config: RunConfig, store, evals: dict, wall_s: float) -> dict[str, Any]:
     lake = connect(store, config.run)
     steps = lake.sql("SELECT * EXCLUDE (extra) FROM steps ORDER BY step").fetch_arrow_table().to_pylist()
     staleness = lake.sql("SELECT max(step - min_policy_version) FROM rollouts").fetchall()[0][0] or 0
@@ -86,7 +88,7 @@ def _summarize(config: RunConfig, store, evals: dict, wall_s: float) -> dict[str
         "wall minutes": round(wall_s / 60, 1),
     }
     if steps:
-        publish_step_artifacts(config.run, steps)
-    markdown = publish_summary(config.run, store.display, summary)
+        await publish_step_artifacts(config.run, steps)
+    markdown = await publish_summary(config.run, store.display, summary)
     print(markdown)
     return summary

@@ -1,4 +1,4 @@
-"""`tandem run`: the main job, and `tandem prefect-setup` for deployments.
+"""`tandem run`: the main job; `tandem prefect-setup`: what deployments need.
 
     tandem run                                  # tiny MoE on micro tasks, defaults
     tandem run --config run.toml --rl.steps 10 --rl.async_level 0
@@ -42,5 +42,14 @@ def run_command(
                f"{summary['pass@1 after RL']:.3f} ({gain:+.1f} points) in {summary['wall minutes']} min")
 
 
+def prefect_setup_command() -> None:
+    """Create the work pool and concurrency limits that prefect.yaml's deployments use."""
+    from flows.prefect_setup import LIMITS, WORK_POOL, setup
+
+    setup()
+    typer.echo(f"work pool {WORK_POOL!r} and concurrency limits {sorted(LIMITS)} are ready")
+
+
 def register(app: typer.Typer) -> None:
     app.command("run", context_settings=_EXTRA)(run_command)
+    app.command("prefect-setup")(prefect_setup_command)

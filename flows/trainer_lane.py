@@ -16,10 +16,12 @@ from pathlib import Path
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
+from prefect.concurrency.sync import concurrency
 
 from engines.trainer.lane import LaneConfig, TrainerLane, wait_for_step
 from storage import checkpoints
 from storage.fs import open_store
+from tasks.limits import TRAINING_LIMIT
 
 
 @task(name="wait-for-rollouts", cache_policy=NO_CACHE)
@@ -29,7 +31,8 @@ def wait_for_rollouts(lane: TrainerLane, step: int) -> None:
 
 @task(name="train-step", cache_policy=NO_CACHE)
 def train_step(lane: TrainerLane, step: int) -> dict:
-    return lane.train(step)
+    with concurrency(TRAINING_LIMIT, occupy=1):  # one trainer owns the machine's cores/devices
+        return lane.train(step)
 
 
 @task(name="torchrun-steps", cache_policy=NO_CACHE)

@@ -11,6 +11,7 @@ from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from prefect.concurrency.asyncio import concurrency
 
 from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
@@ -23,6 +24,7 @@ from engines.rollout.step import GradeCache, run_step, sample_step_tasks
 from engines.staleness import version_to_use
 from storage import checkpoints, shards
 from storage.fs import Store
+from tasks.limits import ROLLOUT_LIMIT
 
 
 @dataclass
@@ -66,8 +68,9 @@ async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group
                        async_level: int, std_scale: bool) -> dict[str, Any]:
     """Episodes of one step, graded, written as the step's `final` shard; returns small metrics."""
     tasks = sample_step_tasks(rt.train_tasks, step, tasks_per_step, seed)
-    result = await run_step(rt.agent, rt.grader, rt.cache, rt.env, rt.run, step, tasks, group_size,
-                            seed, async_level, std_scale)
+    async with concurrency(ROLLOUT_LIMIT, occupy=1):  # the machine's servers and sandboxes
+        result = await run_step(rt.agent, rt.grader, rt.cache, rt.env, rt.run, step, tasks, group_size,
+                                seed, async_level, std_scale)
     uri = await asyncio.to_thread(shards.write_shard, rt.store, rt.run, step, "final", result.table)
     t = result.table
     rewards = [r for r in t.column("reward").to_pylist() if r == r]  # NaN: infra failures
