@@ -46,6 +46,8 @@ def completion_body(model: str, prompt_ids: list[int], params: SamplingParams, r
         body["stop_token_ids"] = list(params.stop_token_ids)
     if params.allowed_token_ids is not None:
         body["allowed_token_ids"] = list(params.allowed_token_ids)
+    if params.ignore_eos:
+        body["ignore_eos"] = True
     if routed_experts_start is not None:
         body["routed_experts_prompt_start"] = routed_experts_start
     return body

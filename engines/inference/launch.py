@@ -86,7 +86,11 @@ def server_command(cfg: InferenceConfig, python: str, port: int, cpu_build: bool
     ]  # fmt: skip
     if cfg.enforce_eager:
         argv.append("--enforce-eager")
-    if not cpu_build:
+    if cpu_build:
+        # vLLM 0.32 CPU: a seeded request whose prompt is prefilled in chunks kills the
+        # engine ("CPU Generator does not use offset"); schedule prompts whole instead.
+        argv += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(cfg.max_model_len, 4096))]
+    else:
         argv += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gb * 2**30))]
     if c.fp8 == "quantize":
         argv += ["--quantization", "fp8"]

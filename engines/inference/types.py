@@ -46,6 +46,7 @@ class SamplingParams:
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
     allowed_token_ids: tuple[int, ...] | None = None  # restrict the vocabulary (tests, constrained turns)
+    ignore_eos: bool = False  # generate max_tokens whatever is sampled (benchmarks)
 
 
 @dataclass
