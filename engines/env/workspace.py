@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -26,6 +27,7 @@ _IGNORED_DIRS = {"__pycache__", ".pytest_cache", ".git", ".hypothesis", ".tox", 
 _IGNORED_SUFFIXES = (".pyc", ".pyo")
 
 Files = dict[str, bytes]
+_PATCH_PATHS = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|--- (?:a/)?(\S+)|\+\+\+ (?:b/)?(\S+))", re.M)
 _base_cache: dict[tuple[str, str, str], Files] = {}
 _cache_lock = threading.Lock()
 
@@ -79,13 +81,16 @@ def base_files(task: Task) -> Files:
 
 
 def apply_to_files(files: Files, patch: str, what: str) -> Files:
-    """Apply `patch` to an in-memory tree (through a temporary directory)."""
+    """Apply `patch` to an in-memory tree (through a temporary directory holding only the files it names)."""
+    named = {p for m in _PATCH_PATHS.finditer(patch) for p in m.groups() if p and p != "/dev/null"}
+    touched = {rel: data for rel, data in files.items() if rel in named}
     with tempfile.TemporaryDirectory(prefix="tandem-apply-") as tmp:
-        write_tree(Path(tmp), files)
+        write_tree(Path(tmp), touched)
         error = git_apply(Path(tmp), patch)
         if error:
             raise TaskError(f"{what} does not apply: {error}")
-        return read_tree(Path(tmp))
+        after = read_tree(Path(tmp))
+    return {rel: data for rel, data in files.items() if rel not in touched} | after
 
 
 def write_tree(root: Path, files: Files) -> None:
