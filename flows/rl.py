@@ -87,6 +87,10 @@ async def _summarize(config: RunConfig, store, evals: dict, wall_s: float) -> di
         "held-out tasks": after["tasks"],
         "wall minutes": round(wall_s / 60, 1),
     }
+    done = evals["steps"]  # the steps this invocation rolled out (all of them unless resumed)
+    if done:
+        summary["steps per hour"] = round(3600 * len(done) / evals["loop_s"], 1)
+        summary["prefect overhead"] = round(sum(m["prefect_s"] for m in done) / sum(m["wall_s"] for m in done), 4)
     if steps:
         await publish_step_artifacts(config.run, steps)
     markdown = await publish_summary(config.run, store.display, summary)

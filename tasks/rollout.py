@@ -43,14 +43,16 @@ class RolloutRuntime:
 
 
 @task(name="wait-for-policy", cache_policy=NO_CACHE)
-async def wait_for_policy(rt: RolloutRuntime, step: int, async_level: int, timeout_s: float = 3600.0) -> int:
-    """Newest published version allowed for `step` (blocks while the trainer is behind)."""
-    deadline = time.monotonic() + timeout_s
+async def wait_for_policy(rt: RolloutRuntime, step: int, async_level: int, timeout_s: float = 3600.0) -> tuple[int, float]:
+    """Newest published version allowed for `step` (blocks while the trainer is behind),
+    and the seconds spent waiting."""
+    start = time.monotonic()
+    deadline = start + timeout_s
     while True:
         latest = checkpoints.latest(rt.store, rt.run)
         version = version_to_use(step, async_level, None if latest is None else latest.version)
         if version is not None:
-            return version
+            return version, time.monotonic() - start
         if time.monotonic() > deadline:
             raise TimeoutError(f"step {step}: no policy version >= {step - async_level} after {timeout_s:.0f} s; is the trainer lane running?")
         await asyncio.sleep(0.25)
@@ -58,15 +60,19 @@ async def wait_for_policy(rt: RolloutRuntime, step: int, async_level: int, timeo
 
 @task(name="load-weights", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)
 async def load_weights(rt: RolloutRuntime, version: int) -> float:
-    """Pause, load, verify, resume every server; returns the latency in seconds."""
+    """Load `version` into every server; returns the seconds this took (the task's body)."""
+    start = time.monotonic()
     ckpt = checkpoints.get(rt.store, rt.run, version)
-    return await rt.pool.update_weights(str(local_model_dir(ckpt.uri)), version)
+    await rt.pool.update_weights(str(local_model_dir(ckpt.uri)), version)
+    return time.monotonic() - start
 
 
 @task(name="rollout-step", cache_policy=NO_CACHE)
 async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group_size: int, seed: int,
                        async_level: int, std_scale: bool) -> dict[str, Any]:
-    """Episodes of one step, graded, written as the step's `final` shard; returns small metrics."""
+    """Episodes of one step, graded, written as the step's `final` shard; returns small metrics
+    (`task_s` is the time inside this task, for measuring Prefect's own overhead)."""
+    start = time.monotonic()
     tasks = sample_step_tasks(rt.train_tasks, step, tasks_per_step, seed)
     async with concurrency(ROLLOUT_LIMIT, occupy=1):  # the machine's servers and sandboxes
         result = await run_step(rt.agent, rt.grader, rt.cache, rt.env, rt.run, step, tasks, group_size,
@@ -84,6 +90,7 @@ async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group
         "staleness_max": result.staleness_max,
         "generation_s": result.generation_s,
         "grading_s": result.grading_s,
+        "task_s": time.monotonic() - start,
     }
 
 
