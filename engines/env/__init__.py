@@ -2,8 +2,10 @@
 
 Usable as a plain library (no Prefect). Modules, one idea each:
     types      Task, GradeResult, StepResult (plain data)
+    errors     set-up errors (sandbox missing, malformed task, unbuildable project)
     config     EnvConfig and sandbox limits
     sandbox    run a command under bubblewrap with cgroup and rlimit caps
+    cgroup     per-command cgroup v1 memory and pids caps
     workspace  a writable copy of a task's base snapshot; reset and diff
     patches    allowlist filter and application of patches
     report     SWE-bench-compatible log parsing and resolution report
@@ -11,5 +13,7 @@ Usable as a plain library (no Prefect). Modules, one idea each:
     session    the environment side of one multi-turn agent episode
     micro      generated micro bug-fix tasks and their oracle episodes
     corpus     save/load a task corpus; SWE-bench-style JSONL import/export
+    sdists     pinned, cached PyPI source distributions
+    mutations  AST mutations spliced into real source files
     builder    real-repository tasks from PyPI sdists by AST mutation
 """
