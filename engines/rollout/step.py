@@ -44,7 +44,7 @@ class GradeCache:
     def grade(self, pool: GradingPool, items: Sequence[tuple[Task, str]]) -> list[GradeResult]:
         keys = [self.key(t, p) for t, p in items]
         todo = {k: item for k, item in zip(keys, items) if k not in self.results}
-        fresh = pool.grade_many(list(todo.values()))
+        fresh = pool.grade_many(list(todo.values())) if todo else []
         for k, result in zip(todo, fresh):
             if not result.infra_failure:  # an infrastructure failure may pass on retry
                 self.results[k] = result

@@ -1,0 +1,81 @@
+"""One rollout step's pieces: task sampling, grading once per distinct patch, and
+the rows written for the trainer."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from engines.env.config import EnvConfig
+from engines.env.grader import GradingPool
+from engines.env.micro import generate_micro_tasks
+from engines.env.types import GradeResult
+from engines.inference.types import Episode
+from engines.rollout.step import GradeCache, episodes_table, grade_episodes, sample_step_tasks
+from storage.schema import ROLLOUTS
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return generate_micro_tasks(12, seed=7)
+
+
+def test_step_tasks_depend_only_on_seed_and_step(tasks):
+    a = sample_step_tasks(tasks, 3, 4, seed=1)
+    assert [t.instance_id for t in a] == [t.instance_id for t in sample_step_tasks(tasks, 3, 4, seed=1)]
+    assert [t.instance_id for t in a] != [t.instance_id for t in sample_step_tasks(tasks, 4, 4, seed=1)]
+    assert len({t.instance_id for t in a}) == 4  # no repeats while the pool is large enough
+
+
+class CountingPool(GradingPool):
+    """The real sandboxed pool, counting how many patches it actually runs."""
+
+    graded = 0
+
+    def grade_many(self, items):
+        self.graded += len(items)
+        return super().grade_many(items)
+
+
+@pytest.mark.sandbox
+def test_each_distinct_patch_is_graded_once(tasks):
+    task = tasks[0]
+    with CountingPool(EnvConfig(workers=2)) as pool:
+        cache = GradeCache()
+        results = cache.grade(pool, [(task, task.patch), (task, task.patch), (task, ""), (task, task.patch)])
+        assert pool.graded == 2
+        assert [r.resolved for r in results] == [True, True, False, True]
+        again = cache.grade(pool, [(task, "")])
+        assert pool.graded == 2 and again[0].resolved is False
+
+
+def _episode(task_id: str, group: str, i: int, infra: bool = False) -> Episode:
+    now = datetime.now(UTC)
+    return Episode(task_id=task_id, group_id=group, sample_index=i, prompt_ids=[1, 2, 3], completion_ids=[4, 5, 6, 7],
+                   loss_mask=[True, True, False, True], completion_logprobs=[-0.1, -0.2, 0.0, -0.3],
+                   policy_versions=[2, 3], num_turns=2, finish_reason="error" if infra else "submitted",
+                   started_at=now, finished_at=now, conversation="...", infra_failure=infra,
+                   infra_message="server died" if infra else "",
+                   routed_experts=np.arange(6 * 4 * 2).reshape(6, 4, 2) % 8)
+
+
+def test_rows_carry_group_advantages_and_leave_infra_failures_out(tasks):
+    t = tasks[0]
+    eps = [_episode(t.instance_id, "g", i, infra=(i == 3)) for i in range(4)]
+    rewards = [1.0, 0.0, 0.0, 1.0]
+    grades = [GradeResult(r == 1.0, r, int(r), 1, 0, 0, {"t": "PASSED"}) for r in rewards]
+    grades[3] = grade_episodes(None, GradeCache(), [(t, eps[3])])[0]  # an infra failure is never graded
+    table = episodes_table("run", 5, [t] * 4, eps, grades, std_scale=False)
+    assert table.schema.equals(ROLLOUTS, check_metadata=False)
+    rows = table.to_pylist()
+    # group mean over the three healthy episodes is 1/3
+    assert [round(r["advantage"], 6) for r in rows[:3]] == [round(2 / 3, 6), round(-1 / 3, 6), round(-1 / 3, 6)]
+    assert rows[3]["infra_failure"] and rows[3]["advantage"] is None and math.isnan(rows[3]["reward"])
+    assert rows[0]["min_policy_version"] == 2 and rows[0]["num_completion_tokens"] == 4
+    routes = np.frombuffer(rows[0]["routed_experts"], np.uint8).reshape(rows[0]["routed_experts_shape"])
+    assert (routes == eps[0].routed_experts).all()
+    assert json.loads(rows[0]["test_report"]) == {"t": "PASSED"}

@@ -1,0 +1,35 @@
+"""A run configuration that cannot work is refused before anything starts, naming the key."""
+
+import pytest
+
+from flows.config import ConfigError, load_config
+from flows.run_config import RunConfig
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["--rl.batch_size", "30"], "rl.batch_size"),
+        (["--rl.async_level", "-1"], "rl.async_level"),
+        (["--model.path", "/nonexistent/model"], "model.path"),
+        (["--rl.group_sizee", "4"], "rl.group_sizee"),
+        (["--tasks.kind", "corpus"], "tasks.corpus_path"),
+    ],
+)
+def test_bad_run_configs_name_the_key(overrides, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_config(RunConfig, None, overrides)
+
+
+def test_defaults_learn_and_fit_the_tiny_model():
+    cfg = load_config(RunConfig, None, [])
+    assert cfg.rl.group_size > 1 and cfg.rl.batch_size % cfg.rl.group_size == 0
+    assert cfg.inference.limits.max_total_tokens <= cfg.inference.max_model_len
+    assert cfg.trainer.seq_len >= cfg.inference.max_model_len
+
+
+def test_toml_and_overrides_compose(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('run = "exp1"\n[rl]\nsteps = 5\nasync_level = 0\n')
+    cfg = load_config(RunConfig, path, ["--rl.steps", "7"])
+    assert (cfg.run, cfg.rl.steps, cfg.rl.async_level) == ("exp1", 7, 0)
