@@ -10,6 +10,9 @@ ignored so every request generates exactly --max-tokens tokens):
          CompletionClient, one HTTP request each, token ids in and out, logprobs
          recorded), all episodes concurrent under the agent's bound.
 
+  plain: the same one-request-per-prompt pattern as ours with bare HTTP calls and
+         none of our code: separates our overhead from the per-request pattern.
+
 Rounds alternate between the paths after a warm-up of each; each path's throughput
 is its total completion tokens over its total wall time. `efficiency` is ours over
 vllm (target >= 0.9). Then one weight update is timed (`weight_update_s`) with the
@@ -106,6 +109,19 @@ async def vllm_batched(pool: ServerPool, prompt_ids: list[list[int]], max_tokens
     return sum(len(c["token_ids"]) for c in response.json()["choices"]), seconds
 
 
+async def plain_requests(pool: ServerPool, prompt_ids: list[list[int]], max_tokens: int, seed: int) -> tuple[int, float]:
+    """The per-request pattern without our code: one bare HTTP request per prompt, all at once."""
+
+    def body(ids: list[int]) -> dict[str, Any]:
+        return {"model": pool.model_name, "prompt": ids, "max_tokens": max_tokens, "temperature": 1.0, "seed": seed,
+                "ignore_eos": True, "logprobs": 0, "return_token_ids": True}  # fmt: skip
+
+    start = time.perf_counter()
+    responses = await asyncio.gather(*(pool._http.post(f"{pool.urls[0]}/v1/completions", json=body(i)) for i in prompt_ids))
+    seconds = time.perf_counter() - start
+    return sum(len(r.json()["choices"][0]["token_ids"]) for r in responses), seconds
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
@@ -128,27 +144,32 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     async with ServerPool(cfg) as pool:
         agent = IgnoreEosAgent(pool, tokenizer, cfg)
         prompt_ids = [agent.encode(f"<|user|>{p}<|end|><|assistant|>") for p in prompts]
-        totals = {"ours": [0, 0.0], "vllm": [0, 0.0]}
-        await ours(agent, prompts, args.seed)  # warm-up
-        await vllm_batched(pool, prompt_ids, args.max_tokens, args.seed)
+        paths = {
+            "ours": lambda: ours(agent, prompts, args.seed),
+            "vllm": lambda: vllm_batched(pool, prompt_ids, args.max_tokens, args.seed),
+            "plain": lambda: plain_requests(pool, prompt_ids, args.max_tokens, args.seed),
+        }
+        totals = {name: [0, 0.0] for name in paths}
+        for measure in paths.values():  # warm-up
+            await measure()
         for r in range(args.rounds):
-            order = ("ours", "vllm") if r % 2 == 0 else ("vllm", "ours")
-            for path in order:
-                if path == "ours":
-                    tokens, seconds = await ours(agent, prompts, args.seed)
-                else:
-                    tokens, seconds = await vllm_batched(pool, prompt_ids, args.max_tokens, args.seed)
-                totals[path][0] += tokens
-                totals[path][1] += seconds
+            order = list(paths) if r % 2 == 0 else list(reversed(paths))
+            for name in order:
+                tokens, seconds = await paths[name]()
+                totals[name][0] += tokens
+                totals[name][1] += seconds
         weight_update_s = await pool.update_weights(str(update_dir), 1)
         mode = "restart" if pool._restart_updates else "reload"
     ours_tps = totals["ours"][0] / totals["ours"][1]
     vllm_tps = totals["vllm"][0] / totals["vllm"][1]
+    plain_tps = totals["plain"][0] / totals["plain"][1]
     return {
         "benchmark": "inference",
         "efficiency": round(ours_tps / vllm_tps, 4),
         "ours_tokens_per_s": round(ours_tps, 1),
         "vllm_tokens_per_s": round(vllm_tps, 1),
+        "plain_requests_tokens_per_s": round(plain_tps, 1),
+        "efficiency_vs_plain_requests": round(ours_tps / plain_tps, 4),
         "completion_tokens_per_round": totals["ours"][0] // args.rounds,
         "prompts": args.prompts,
         "max_tokens": args.max_tokens,
