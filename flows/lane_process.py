@@ -29,11 +29,17 @@ class TrainerProcess:
         self.max_restarts = max_restarts
         self.restarts = 0
         self.proc: asyncio.subprocess.Process | None = None
+        # vLLM's CPU servers bind from the lowest core up (engines/inference/launch.py);
+        # the trainer takes the highest ones, so generation and training never share.
+        cores = sorted(os.sched_getaffinity(0))
+        self.cores = cores[-threads:] if len(cores) > threads else cores
 
     async def run(self) -> None:
         """Run until the lane exits cleanly; restart it when it dies."""
         while True:
-            self.proc = await asyncio.create_subprocess_exec(*self.cmd, env=self.env, start_new_session=True)
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.cmd, env=self.env, start_new_session=True, preexec_fn=self._pin
+            )
             code = await self.proc.wait()
             if code == 0:
                 return
@@ -41,6 +47,9 @@ class TrainerProcess:
                 raise RuntimeError(f"trainer lane exited with code {code} after {self.restarts} restarts; see its log above")
             self.restarts += 1
             print(f"[tandem] trainer lane exited with code {code}; restarting ({self.restarts}/{self.max_restarts})", flush=True)
+
+    def _pin(self) -> None:  # runs in the child before exec
+        os.sched_setaffinity(0, self.cores)
 
     async def stop(self, grace_s: float = 20.0) -> None:
         proc = self.proc

@@ -1,0 +1,85 @@
+"""Asynchronous RL (k = 1) against synchronous RL (k = 0) on the same short run.
+
+Both runs start from the same warm-start weights (the first run's version 0), use
+the same tasks, batch and seeds, and give generation and training disjoint cores
+(vLLM binds the lowest core, the trainer lane the highest). Reported:
+
+  steps_per_hour_k1 / _k0 : optimizer steps per hour of the RL loop (from the first
+                            rollout step to the trainer's last publication)
+  async_speedup           : k1 over k0 (2x is the limit for balanced stages)
+  prefect_overhead        : share of the rollout lane's step wall time spent in
+                            Prefect itself (outside the bodies of its tasks)
+  stage seconds           : mean generation, grading, weight update and training
+                            time per step, to see which stage bounds the loop
+
+    python benchmarks/pipeline.py [--steps 8] [--batch-size 32] [--group-size 8]
+
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+
+from flows.prefect_api import prefect_api
+from flows.rl import rl
+from flows.run_config import RunConfig
+from storage import checkpoints
+from storage.fs import open_store
+from storage.query import connect
+
+
+def run_once(root: Path, name: str, k: int, args: argparse.Namespace, model_path: str | None) -> dict:
+    cfg = RunConfig.model_validate({
+        "run": name,
+        "storage": {"root": str(root)},
+        "model": {"path": model_path},
+        "tasks": {"train_tasks": 1000, "heldout_tasks": args.eval_tasks},
+        "eval": {"tasks": args.eval_tasks, "samples": 1},
+        "rl": {"steps": args.steps, "async_level": k, "batch_size": args.batch_size, "group_size": args.group_size},
+        "trainer": {"packing": False, "micro_batch_rows": 64, "seq_len": 512, "sft": {"max_seconds": args.sft_seconds}},
+    })
+    summary = asyncio.run(rl(cfg))
+    lake = connect(open_store(str(root)), name)
+    stages = lake.sql(
+        "SELECT avg(generation_s), avg(training_s) FROM steps"
+    ).fetchall()[0]
+    return {**summary, "generation_s": stages[0], "training_s": stages[1]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--eval-tasks", type=int, default=20)
+    parser.add_argument("--sft-seconds", type=float, default=60)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
+    with prefect_api(root / "prefect"):
+        k1 = run_once(root / "lake", "async-k1", 1, args, None)
+        v0 = checkpoints.get(open_store(str(root / "lake")), "async-k1", 0).uri
+        k0 = run_once(root / "lake", "sync-k0", 0, args, v0)
+    result = {
+        "bench": "pipeline",
+        "async_speedup": round(k1["steps per hour"] / k0["steps per hour"], 3),
+        "prefect_overhead": round(max(k1["prefect overhead"], k0["prefect overhead"]), 4),
+        "steps_per_hour_k1": k1["steps per hour"],
+        "steps_per_hour_k0": k0["steps per hour"],
+        "prefect_overhead_k1": k1["prefect overhead"],
+        "prefect_overhead_k0": k0["prefect overhead"],
+        "staleness_max_k1": k1["staleness_max"],
+        "staleness_max_k0": k0["staleness_max"],
+        "training_s_per_step": round(k1["training_s"], 2),
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
