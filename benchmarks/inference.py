@@ -80,7 +80,7 @@ class IgnoreEosAgent(AgentLoop):
         return replace(super()._params(max_tokens, seed, turn), ignore_eos=True)
 
 
-async def ours(agent: AgentLoop, prompts: list[str], seed: int) -> tuple[int, float]:
+async def ours(agent: AgentLoop, prompts: list[str], seed: int | None) -> tuple[int, float]:
     reqs = [EpisodeRequest("bench", "g", i, lambda t=text: SingleTurnEnv(t), seed=seed) for i, text in enumerate(prompts)]
     start = time.perf_counter()
     episodes = await agent.run_episodes(reqs)
@@ -91,7 +91,7 @@ async def ours(agent: AgentLoop, prompts: list[str], seed: int) -> tuple[int, fl
     return sum(sum(e.loss_mask) for e in episodes), seconds
 
 
-async def vllm_batched(pool: ServerPool, prompt_ids: list[list[int]], max_tokens: int, seed: int) -> tuple[int, float]:
+async def vllm_batched(pool: ServerPool, prompt_ids: list[list[int]], max_tokens: int, seed: int | None) -> tuple[int, float]:
     body = {
         "model": pool.model_name,
         "prompt": prompt_ids,
@@ -109,7 +109,7 @@ async def vllm_batched(pool: ServerPool, prompt_ids: list[list[int]], max_tokens
     return sum(len(c["token_ids"]) for c in response.json()["choices"]), seconds
 
 
-async def plain_requests(pool: ServerPool, prompt_ids: list[list[int]], max_tokens: int, seed: int) -> tuple[int, float]:
+async def plain_requests(pool: ServerPool, prompt_ids: list[list[int]], max_tokens: int, seed: int | None) -> tuple[int, float]:
     """The per-request pattern without our code: one bare HTTP request per prompt, all at once."""
 
     def body(ids: list[int]) -> dict[str, Any]:
@@ -176,6 +176,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         "weight_update_s": round(weight_update_s, 3),
         "weight_update_mode": mode,
+        "seeded": args.seed is not None,
     }
 
 
@@ -192,8 +193,9 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed of every request; -1: unseeded (RL's default)")
     args = parser.parse_args()
+    args.seed = None if args.seed < 0 else args.seed
     print(json.dumps(asyncio.run(run(args))))
 
 
