@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engines.env.config import EnvConfig
 from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingConfig
 from engines.model.tiny import TinyModelConfig
-from engines.trainer.config import TrainerConfig
+from engines.trainer.config import SFTConfig, TrainerConfig
 from storage.config import StorageConfig
 from storage.layout import check_name
 
@@ -126,7 +126,11 @@ class RunConfig(BaseModel):
         # Micro episodes are short (about 150 tokens) and of similar length: padding
         # wastes little, and unpacked rows take the faster attention path on CPU
         # (measured 2x per SFT step); one micro-batch holds a whole step.
-        default_factory=lambda: TrainerConfig(packing=False, micro_batch_rows=64, seq_len=512),
+        # The warm start is bounded in steps (time is only a safety net), so its quality
+        # does not depend on how busy the machine is.
+        default_factory=lambda: TrainerConfig(
+            packing=False, micro_batch_rows=64, seq_len=512, sft=SFTConfig(max_steps=400, max_seconds=900)
+        ),
         description="RL objective, optimizer and SFT warm start.",
     )
     rl: RLConfig = Field(default_factory=RLConfig, description="Steps, staleness bound, batch and group sizes.")
