@@ -10,6 +10,7 @@ TANDEM_VLLM_PYTHON); nothing here imports vLLM. Everything talks to it over HTTP
     server_process.py  one local server's life: start, health poll, stop
     routes.py        one small function per vLLM HTTP route
     client.py        /v1/completions with token ids in and out, timeouts, bounded retries
+    batching.py      requests with the same sampling coalesced into one multi-prompt request
     server_pool.py   many servers: routing with session affinity, restarts, weight updates
     agent.py         token-exact multi-turn episodes against an EpisodeEnv
 """

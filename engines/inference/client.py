@@ -60,8 +60,7 @@ def decode_routed_experts(encoded: str | None) -> np.ndarray | None:
     return np.load(io.BytesIO(base64.b64decode(encoded)), allow_pickle=False)
 
 
-def parse_completion(data: dict[str, Any], url: str, weight_version: int) -> Completion:
-    choice = data["choices"][0]
+def parse_choice(choice: dict[str, Any], url: str, weight_version: int) -> Completion:
     token_ids = choice.get("token_ids")
     if token_ids is None:
         raise RequestRejected(f"server {url} returned no token_ids; it must support return_token_ids (vLLM >= 0.10)")
@@ -76,6 +75,14 @@ def parse_completion(data: dict[str, Any], url: str, weight_version: int) -> Com
         server_url=url,
         routed_experts=decode_routed_experts(choice.get("routed_experts")),
     )
+
+
+def parse_completions(data: dict[str, Any], url: str, weight_version: int, count: int) -> list[Completion]:
+    """One completion per prompt, in prompt order (choice `index` is the prompt's with n=1)."""
+    choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
+    if [c.get("index", 0) for c in choices] != list(range(count)):
+        raise RequestRejected(f"server {url} answered {len(choices)} choices for {count} prompts")
+    return [parse_choice(c, url, weight_version) for c in choices]
 
 
 class CompletionClient:
@@ -114,6 +121,27 @@ class CompletionClient:
         body = completion_body(self.model, prompt_ids, params, routed_experts_start)
         if session_id is not None:
             body["session_id"] = session_id
+        data = await self._post(url, body, f"a {len(prompt_ids)}-token prompt", retries)
+        return parse_completions(data, url, weight_version, 1)[0]
+
+    async def complete_many(
+        self,
+        url: str,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        weight_version: int = 0,
+        routed_experts_start: int | None = None,
+        retries: int | None = None,
+    ) -> list[Completion]:
+        """Sample one continuation of each prompt in ONE request (vLLM batches its
+        prompts at once); same sampling for all, results in prompt order. Errors as
+        `complete`; a 4xx rejects the whole request."""
+        body = completion_body(self.model, [], params, routed_experts_start)
+        body["prompt"] = prompts
+        data = await self._post(url, body, f"a batch of {len(prompts)} prompts", retries)
+        return parse_completions(data, url, weight_version, len(prompts))
+
+    async def _post(self, url: str, body: dict[str, Any], what: str, retries: int | None) -> dict[str, Any]:
         attempts = 1 + (self.retries if retries is None else retries)
         last: Exception | None = None
         for attempt in range(attempts):
@@ -128,8 +156,6 @@ class CompletionClient:
                 last = RuntimeError(f"HTTP {response.status_code}: {response.text[:300]}")
                 continue
             if response.status_code >= 400:
-                raise RequestRejected(
-                    f"server {url} rejected a {len(prompt_ids)}-token prompt: HTTP {response.status_code}: {response.text[:500]}"
-                )
-            return parse_completion(response.json(), url, weight_version)
+                raise RequestRejected(f"server {url} rejected {what}: HTTP {response.status_code}: {response.text[:500]}")
+            return response.json()
         raise ServerUnavailable(f"server {url} unavailable after {attempts} attempt(s): {type(last).__name__}: {last}")

@@ -6,6 +6,8 @@ Owns:
 - routing: the turns of one session (episode) go to the same server so they reuse
   its prefix cache; a new session goes to the least-loaded healthy server; at most
   `concurrency_per_server` requests are in flight per server, more wait here;
+  requests in flight to one server with the same sampling may share one HTTP
+  request (`batching.py`);
 - recovery: a request whose server stopped answering is re-sent (to another healthy
   server, or to the same one once restarted); a dead local server is restarted, with
   the current weights loaded, at most `max_restarts` times;
@@ -35,6 +37,7 @@ from types import TracebackType
 import httpx
 
 from engines.inference import launch, routes
+from engines.inference.batching import RequestCoalescer
 from engines.inference.client import CompletionClient, ServerUnavailable
 from engines.inference.config import InferenceConfig
 from engines.inference.weight_dirs import reload_dir, serving_dir
@@ -84,6 +87,8 @@ class ServerPool:
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
         )
         self.client = CompletionClient(self._http, self.model_name, cfg.request_timeout_s, retries=cfg.max_retries)
+        # retries=0: the pool re-sends failed requests itself, on a healthy server.
+        self.batcher = RequestCoalescer(self.client, cfg.coalesce_window_ms / 1000, cfg.concurrency_per_server, retries=0)
 
     # ---- life -------------------------------------------------------------------
 
@@ -139,6 +144,7 @@ class ServerPool:
         for slot in self.slots:
             if slot.recovering is not None and not slot.recovering.done():
                 slot.recovering.cancel()
+        await self.batcher.close()
         stops = [asyncio.to_thread(s.process.stop) for s in self.slots if s.process is not None]
         await asyncio.gather(*stops, return_exceptions=True)
         await self._http.aclose()
@@ -189,9 +195,7 @@ class ServerPool:
             slot.load += 1
             try:
                 async with slot.semaphore:
-                    return await self.client.complete(
-                        slot.url, prompt_ids, params, slot.version, routed_experts_start, session_id, retries=0
-                    )
+                    return await self.batcher.complete(slot.url, prompt_ids, params, slot.version, routed_experts_start, session_id)
             except ServerUnavailable as err:
                 errors.append(str(err))
                 self._recover(slot)

@@ -69,9 +69,13 @@ def test_a_server_killed_mid_batch_restarts_on_the_current_weights(pool: Any, ru
     current = Path(pool.weights_dir or tiny_model_dir)
 
     async def scenario() -> tuple[list[Any], Any]:
-        batch = [asyncio.create_task(pool.generate(PROMPT, SamplingParams(max_tokens=150, seed=s))) for s in range(8)]
+        # Four share a seed, so they go out as one coalesced request; four are sent alone.
+        seeds = [0, 0, 0, 0, 1, 2, 3, 4]
+        batches = pool.batcher.batches_sent
+        batch = [asyncio.create_task(pool.generate(PROMPT[:-2] + [40 + i] + PROMPT[-2:], SamplingParams(max_tokens=150, seed=s)))
+                 for i, s in enumerate(seeds)]  # fmt: skip
         await asyncio.sleep(0.5)
-        assert slot.load > 0  # the batch is in flight
+        assert slot.load > 0 and pool.batcher.batches_sent > batches  # the batches are in flight
         await asyncio.to_thread(slot.process.kill)
         done = await asyncio.gather(*batch)  # held until the restart, then re-sent; none dropped
         return done, await pool.generate(PROMPT, SamplingParams(max_tokens=12, seed=5))
