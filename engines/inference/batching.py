@@ -73,7 +73,7 @@ class RequestCoalescer:
         self.window_s = window_s
         self.max_prompts = max(1, min(max_prompts, VLLM_MAX_PROMPTS))
         self.retries = retries
-        self.batches_sent = 0  # requests that carried two or more prompts
+        self.batches_sent = 0  # requests sent with two or more prompts (answered or not)
         self._open: dict[BatchKey, Group] = {}
         self._sending: set[asyncio.Task[None]] = set()
 
@@ -119,11 +119,11 @@ class RequestCoalescer:
             if len(live) == 1:
                 results = [await self._one(key, live[0])]
             else:
+                self.batches_sent += 1
                 try:
                     results = await self.client.complete_many(
                         key.url, [m.prompt_ids for m in live], key.params, key.weight_version, key.routed_experts_start, self.retries
                     )
-                    self.batches_sent += 1
                 except RequestRejected:
                     await asyncio.gather(*(self._send(key, [m]) for m in live))
                     return
