@@ -60,7 +60,9 @@ class RLConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: int = Field(40, ge=1, description="Optimizer steps of the run (each consumes one rollout shard).")
+    steps: int = Field(
+        20, ge=1, description="Optimizer steps of the run (each consumes one rollout shard); 20 fit the tiny run in 25 minutes."
+    )
     async_level: int = Field(
         1, ge=0, description="Staleness bound k: rollouts of step s come from policy versions >= s - k (0 = synchronous)."
     )
@@ -86,7 +88,7 @@ class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tasks: int = Field(200, ge=1, description="Held-out tasks evaluated (at most tasks.heldout_tasks).")
-    samples: int = Field(4, ge=1, description="Samples per task at temperature 1 for pass@k (k = samples).")
+    samples: int = Field(2, ge=1, description="Samples per task at temperature 1 for pass@k (k = samples).")
 
 
 class RunInferenceConfig(InferenceConfig):
@@ -108,6 +110,29 @@ class RunInferenceConfig(InferenceConfig):
     )
 
 
+class RunSFTConfig(SFTConfig):
+    """Warm start bounded in steps (time is only a safety net), so its quality does not
+    depend on how busy the machine is."""
+
+    max_steps: int | None = Field(400, ge=1, description="Optimizer steps of the warm start (about 3 minutes on 2 cores).")
+    max_seconds: float | None = Field(900, gt=0, description="Safety bound on the warm start's wall time (s).")
+
+
+class RunTrainerConfig(TrainerConfig):
+    """TrainerConfig with defaults for the tiny MoE on micro tasks. Defaults live on the
+    fields (not in a factory) so overriding one key keeps the others."""
+
+    # Micro episodes are short (about 150 tokens) and of similar length: padding wastes
+    # little, and unpacked rows take the faster attention path on CPU (2x per SFT step).
+    lr: float = Field(
+        1e-3, gt=0, description="AdamW learning rate for RL; half the warm start's, enough to move a tiny model in 20 steps."
+    )
+    packing: bool = Field(False, description="Pack several episodes per row; off for short micro episodes.")
+    micro_batch_rows: int = Field(64, ge=1, description="Rows per forward/backward: a whole step's batch.")
+    seq_len: int = Field(512, ge=16, description="Row length in tokens (the server's context).")
+    sft: RunSFTConfig = Field(default_factory=RunSFTConfig, description="Warm-start SFT settings.")
+
+
 class RunConfig(BaseModel):
     """A whole asynchronous RL run."""
 
@@ -122,16 +147,8 @@ class RunConfig(BaseModel):
         default_factory=RunInferenceConfig,
         description="vLLM servers, sampling and episode limits.",
     )
-    trainer: TrainerConfig = Field(
-        # Micro episodes are short (about 150 tokens) and of similar length: padding
-        # wastes little, and unpacked rows take the faster attention path on CPU
-        # (measured 2x per SFT step); one micro-batch holds a whole step.
-        # The warm start is bounded in steps (time is only a safety net), so its quality
-        # does not depend on how busy the machine is.
-        default_factory=lambda: TrainerConfig(
-            packing=False, micro_batch_rows=64, seq_len=512, sft=SFTConfig(max_steps=400, max_seconds=900)
-        ),
-        description="RL objective, optimizer and SFT warm start.",
+    trainer: RunTrainerConfig = Field(
+        default_factory=RunTrainerConfig, description="RL objective, optimizer and SFT warm start."
     )
     rl: RLConfig = Field(default_factory=RLConfig, description="Steps, staleness bound, batch and group sizes.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
