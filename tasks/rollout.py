@@ -76,7 +76,7 @@ async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group
     tasks = sample_step_tasks(rt.train_tasks, step, tasks_per_step, seed)
     async with concurrency(ROLLOUT_LIMIT, occupy=1):  # the machine's servers and sandboxes
         result = await run_step(rt.agent, rt.grader, rt.cache, rt.env, rt.run, step, tasks, group_size,
-                                seed, async_level, std_scale)
+                                async_level, std_scale)
     uri = await asyncio.to_thread(shards.write_shard, rt.store, rt.run, step, "final", result.table)
     t = result.table
     rewards = [r for r in t.column("reward").to_pylist() if r == r]  # NaN: infra failures

@@ -27,7 +27,12 @@ class SamplingConfig(BaseModel):
     temperature: float = Field(1.0, ge=0.0, description="Softmax temperature. 1.0 samples the policy itself, as RL needs.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass. 1.0 keeps the full distribution (unbiased logprobs).")
     max_tokens_per_turn: int = Field(256, ge=1, description="Most tokens the model may generate in one turn.")
-    seed: int | None = Field(None, description="Base seed; episode i of a batch uses seed + i. None: unseeded.")
+    seed: int | None = Field(
+        None,
+        description="Base of per-episode sampling seeds (a rollout derives each episode's from it, the step, the task and "
+        "the sample; turn t adds t). None: unseeded, the RL default, so turns with equal sampling can share one "
+        "server request (coalesce_window_ms); a seed per episode gives reproducible samples but no coalescing.",
+    )
 
 
 class EpisodeLimits(BaseModel):

@@ -33,11 +33,12 @@ class EvalResult:
 
 async def evaluate(
     greedy: AgentLoop, sampled: AgentLoop, grader: GradingPool, cache: GradeCache, env: EnvConfig,
-    tasks: Sequence[Task], k: int, version: int, seed: int = 0,
+    tasks: Sequence[Task], k: int, version: int,
 ) -> EvalResult:
-    """`greedy` must sample at temperature 0, `sampled` at the training temperature."""
-    g_eps = await greedy.run_episodes(episode_requests(tasks, 1, env, step=-1, seed=seed))
-    s_eps = await sampled.run_episodes(episode_requests(tasks, k, env, step=-2, seed=seed))
+    """`greedy` must sample at temperature 0, `sampled` at the training temperature;
+    each seeds its episodes only when its `sampling.seed` is set."""
+    g_eps = await greedy.run_episodes(episode_requests(tasks, 1, env, step=-1, seed=greedy.cfg.sampling.seed))
+    s_eps = await sampled.run_episodes(episode_requests(tasks, k, env, step=-2, seed=sampled.cfg.sampling.seed))
     by_id = {t.instance_id: t for t in tasks}
     g_grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in g_eps])
     s_grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in s_eps])

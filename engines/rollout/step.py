@@ -60,8 +60,10 @@ def sample_step_tasks(tasks: Sequence[Task], step: int, count: int, seed: int) -
     return rng.sample(list(tasks), count) if count <= len(tasks) else rng.choices(list(tasks), k=count)
 
 
-def episode_requests(tasks: Sequence[Task], group_size: int, env: EnvConfig, step: int, seed: int) -> list[EpisodeRequest]:
-    """`group_size` episodes per task, one group per task, seeded per episode."""
+def episode_requests(tasks: Sequence[Task], group_size: int, env: EnvConfig, step: int, seed: int | None) -> list[EpisodeRequest]:
+    """`group_size` episodes per task, one group per task; with a `seed`, each episode
+    samples from its own seed, a function of (seed, step, task, sample). None samples
+    unseeded, which lets the pool coalesce requests (engines/inference/batching.py)."""
     requests = []
     for t_index, task in enumerate(tasks):
         for i in range(group_size):
@@ -71,7 +73,7 @@ def episode_requests(tasks: Sequence[Task], group_size: int, env: EnvConfig, ste
                     group_id=f"s{step}-t{t_index}",
                     sample_index=i,
                     make_env=lambda task=task: EnvSession.open(task, env),
-                    seed=(seed * 1_000_003 + step * 10_007 + t_index * 101 + i) % (2**31),
+                    seed=None if seed is None else (seed * 1_000_003 + step * 10_007 + t_index * 101 + i) % (2**31),
                 )
             )
     return requests
@@ -94,13 +96,13 @@ async def run_step(
     step: int,
     tasks: Sequence[Task],
     group_size: int,
-    seed: int,
     async_level: int,
     std_scale: bool = False,
 ) -> StepResult:
-    """Episodes for `tasks` x `group_size`, graded, with advantages, as a rollouts table."""
+    """Episodes for `tasks` x `group_size`, graded, with advantages, as a rollouts table.
+    Sampling is seeded only when the agent's `sampling.seed` is set."""
     t0 = time.monotonic()
-    episodes = await agent.run_episodes(episode_requests(tasks, group_size, env, step, seed))
+    episodes = await agent.run_episodes(episode_requests(tasks, group_size, env, step, agent.cfg.sampling.seed))
     t1 = time.monotonic()
     by_id = {t.instance_id: t for t in tasks}
     grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in episodes])
