@@ -35,6 +35,7 @@ from engines.inference.client import CompletionClient, RequestRejected, ServerUn
 from engines.inference.types import Completion, SamplingParams
 
 VLLM_MAX_PROMPTS = 1024  # vLLM's default VLLM_MAX_COMPLETION_PROMPTS: more prompts are refused
+MAX_WAIT_WINDOWS = 4  # a group waits at most this many windows after its first request
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Waiting:
 
 @dataclass
 class Group:
+    deadline: float  # loop time by which the group is sent, however many still join
     members: list[Waiting] = field(default_factory=list)
     timer: asyncio.TimerHandle | None = None
 
@@ -63,8 +65,9 @@ class Group:
 class RequestCoalescer:
     """Sends completion requests through `client`, coalescing those that can share a body.
 
-    `window_s`: how long the first request of a group waits for others (0: every
-    request is sent alone, at once). `max_prompts`: a group this large is sent at once.
+    `window_s`: a group is sent once no request joined it for this long, at most
+    MAX_WAIT_WINDOWS windows after its first (0: every request is sent alone, at
+    once). `max_prompts`: a group this large is sent at once.
     `retries`: the client's own re-sends of a batch (the pool re-sends itself: 0).
     """
 
@@ -93,12 +96,17 @@ class RequestCoalescer:
         loop = asyncio.get_running_loop()
         group = self._open.get(key)
         if group is None:
-            group = self._open[key] = Group()
-            group.timer = loop.call_later(self.window_s, self._flush, key)
+            group = self._open[key] = Group(deadline=loop.time() + MAX_WAIT_WINDOWS * self.window_s)
         waiting = Waiting(prompt_ids, session_id, loop.create_future())
         group.members.append(waiting)
         if len(group.members) >= self.max_prompts:
             self._flush(key)
+        else:
+            # Sent once no request joined for a window (a burst of episodes reaches the pool
+            # spread over ~15 ms on a busy 2-core host), and at the latest at the deadline.
+            if group.timer is not None:
+                group.timer.cancel()
+            group.timer = loop.call_at(min(loop.time() + self.window_s, group.deadline), self._flush, key)
         return await waiting.future
 
     def _flush(self, key: BatchKey) -> None:

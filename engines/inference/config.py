@@ -107,10 +107,10 @@ class InferenceConfig(BaseModel):
         5.0,
         ge=0,
         le=1000,
-        description="Requests for one server with identical sampling (seed included) that arrive within this many "
-        "milliseconds go out as one multi-prompt request (batching.py): vLLM's API server costs per request, and on "
-        "small CPU hosts 64 single-prompt requests ran 2-3x slower than one 64-prompt request. Adds at most this much "
-        "latency to a turn. 0 sends every request alone.",
+        description="Requests for one server with identical sampling (seed included) go out as one multi-prompt "
+        "request once none joined for this many milliseconds (at most 4x this after the first; batching.py): vLLM's "
+        "API server costs per request, and on small CPU hosts 64 single-prompt requests ran 2-3x slower than one "
+        "64-prompt request. Adds at most 4x this latency to a turn. 0 sends every request alone.",
     )
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         "auto",

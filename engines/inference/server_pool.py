@@ -84,7 +84,9 @@ class ServerPool:
         self._restart_updates = cfg.weight_update == "restart"
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(cfg.request_timeout_s, connect=cfg.connect_timeout_s),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+            # vLLM closes idle connections after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE), httpx's default expiry is also
+            # 5 s: a request on a connection the server is closing fails with ReadError. Expire ours first.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=2.0),
         )
         self.client = CompletionClient(self._http, self.model_name, cfg.request_timeout_s, retries=cfg.max_retries)
         # retries=0: the pool re-sends failed requests itself, on a healthy server.
