@@ -7,8 +7,10 @@ ignored so every request generates exactly --max-tokens tokens):
   vllm : vLLM's own batched path: all prompts in ONE /v1/completions request
          (a list of token-id prompts), which vLLM schedules as one batch;
   ours : one single-turn agent episode per prompt (AgentLoop -> ServerPool ->
-         CompletionClient, one HTTP request each, token ids in and out, logprobs
-         recorded), all episodes concurrent under the agent's bound.
+         CompletionClient, token ids in and out, logprobs recorded), all episodes
+         concurrent under the agent's bound; the pool coalesces their equal-sampling
+         requests into multi-prompt requests (engines/inference/batching.py, on by
+         default through coalesce_window_ms).
 
   plain: the same one-request-per-prompt pattern as ours with bare HTTP calls and
          none of our code: separates our overhead from the per-request pattern.
