@@ -70,7 +70,7 @@ class RLConfig(BaseModel):
     group_size: int = Field(
         8, ge=2, description="Episodes per task; advantages are relative to the group (1 would give zero advantages)."
     )
-    seed: int = Field(0, description="Seed of task sampling and generation (step s uses seed + s).")
+    seed: int = Field(0, description="Seed of the tasks each step samples (step s draws from (seed, s)); generation is seeded by inference.sampling.seed.")
 
     @model_validator(mode="after")
     def _divisible(self) -> RLConfig:
