@@ -8,7 +8,7 @@ from prefect import task
 
 from engines.env.corpus import TASKS_FILE, load_corpus, save_corpus
 from engines.env.micro import generate_micro_tasks
-from storage.fs import Store
+from storage.fs import Store, open_store
 from storage.parquet_io import read_table
 from storage.tables import write_tasks
 
@@ -36,8 +36,6 @@ def use_corpus(store: Store, run: str, corpus_dir: str) -> str:
 
 
 def publish_corpus_table(store: Store, run: str, corpus_dir: str) -> None:
-    from storage.fs import open_store
-
     file = Path(corpus_dir) / TASKS_FILE
     table = read_table(open_store(str(file.parent)), str(file))
     write_tasks(store, run, table)
