@@ -161,6 +161,11 @@ class RunConfig(BaseModel):
         path = self.model.path
         if path and not path.startswith("s3://") and not os.path.isdir(path):
             raise ValueError(f"model.path: {path!r} is not a directory; give a Hugging Face model directory or leave it unset")
+        if self.tasks.kind == "corpus" and not path:
+            raise ValueError(
+                "model.path: required when tasks.kind = 'corpus' (the tiny warm start learns from micro-task "
+                "demonstrations); give a Hugging Face MoE directory"
+            )
         if self.eval.tasks > self.tasks.heldout_tasks and self.tasks.kind == "micro":
             raise ValueError(
                 f"eval.tasks ({self.eval.tasks}) exceeds tasks.heldout_tasks ({self.tasks.heldout_tasks}): lower one or raise the other"

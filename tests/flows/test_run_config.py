@@ -14,6 +14,7 @@ from flows.run_config import RunConfig
         (["--model.path", "/nonexistent/model"], "model.path"),
         (["--rl.group_sizee", "4"], "rl.group_sizee"),
         (["--tasks.kind", "corpus"], "tasks.corpus_path"),
+        (["--tasks.kind", "corpus", "--tasks.corpus_path", "c/"], "model.path"),
     ],
 )
 def test_bad_run_configs_name_the_key(overrides, named):
