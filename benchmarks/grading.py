@@ -20,7 +20,7 @@ plain subprocess), interleaved on one prepared copy: (sandboxed - plain) / plain
 over the summed wall times. `micro_grade_s` is the median time to grade one micro
 task on one worker. The last line printed is one JSON object.
 
-    python benchmarks/grading.py [--corpus DIR] [--tasks 8] [--repeats 3]
+    python -m benchmarks.grading [--corpus DIR] [--tasks 8] [--repeats 3]
 Without --corpus, a small toolz corpus is built once and cached under
 ~/.cache/tandem-rl/bench-corpus.
 """

@@ -21,7 +21,7 @@ vllm (target >= 0.9). Then one weight update is timed (`weight_update_s`) with t
 pool's update mode on this build (restart on vLLM's CPU build, see
 engines/inference/weight_dirs.py). The last line printed is one JSON object.
 
-    TANDEM_VLLM_PYTHON=... python benchmarks/inference.py [--prompts 64] [--max-tokens 128] [--rounds 3]
+    TANDEM_VLLM_PYTHON=... python -m benchmarks.inference [--prompts 64] [--max-tokens 128] [--rounds 3]
 """
 
 from __future__ import annotations

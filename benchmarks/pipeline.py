@@ -12,7 +12,7 @@ the same tasks, batch and seeds, and give generation and training disjoint cores
   stage seconds           : mean generation, grading, weight update and training
                             time per step, to see which stage bounds the loop
 
-    python benchmarks/pipeline.py [--steps 8] [--batch-size 32] [--group-size 8]
+    python -m benchmarks.pipeline [--steps 8] [--batch-size 32] [--group-size 8]
 
 The last line printed is one JSON object.
 """

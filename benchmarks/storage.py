@@ -16,7 +16,7 @@ All three must give the same answers (`results_agree`). `query_speedup` is measu
 against the faster of the two JSONL baselines: its total latency over the three
 queries divided by ours; both ratios are reported too. The last line printed is one JSON object.
 
-    python benchmarks/storage.py [--episodes 200000] [--steps 100] [--dir /tmp]
+    python -m benchmarks.storage [--episodes 200000] [--steps 100] [--dir /tmp]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 2. experts: transformers' grouped_mm expert kernel against its eager per-expert loop.
 
 Last line: one JSON object (packing_speedup, grouped_mm_speedup and the raw rates).
-    python benchmarks/trainer.py [--episodes 96] [--repeats 3]
+    python -m benchmarks.trainer [--episodes 96] [--repeats 3]
 """
 
 from __future__ import annotations
