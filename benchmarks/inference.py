@@ -18,8 +18,7 @@ ignored so every request generates exactly --max-tokens tokens):
 Rounds alternate between the paths after a warm-up of each; each path's throughput
 is its total completion tokens over its total wall time. `efficiency` is ours over
 vllm (target >= 0.9). Then one weight update is timed (`weight_update_s`) with the
-pool's update mode on this build (restart on vLLM's CPU build, see
-engines/inference/weight_dirs.py). The last line printed is one JSON object.
+pool's configured update mode (in-place reload by default). The last line printed is one JSON object.
 
     TANDEM_VLLM_PYTHON=... python -m benchmarks.inference [--prompts 64] [--max-tokens 128] [--rounds 3]
 """

@@ -126,9 +126,16 @@ class InferenceConfig(BaseModel):
     max_restarts: int = Field(3, ge=0, description="Restarts of one local server that died before the pool gives up on it.")
     weight_update: Literal["auto", "reload", "restart"] = Field(
         "auto",
-        description="How servers take new weights. 'reload': pause, reload in place, resume (fast). 'restart': drain the "
-        "server's requests, restart it on the new weights (local servers only; tens of seconds). 'auto': restart on "
-        "vLLM's CPU build, whose in-place reload corrupts MoE expert weights (weight_dirs.py), reload elsewhere.",
+        description="How servers take new weights. 'reload': pause, reload in place, resume (well under a second for the "
+        "tiny MoE). 'restart': drain the server's requests, restart it on the new weights (local servers only; tens of "
+        "seconds). 'auto': reload.",
+    )
+    worker_extension: bool = Field(
+        True,
+        description="Reload through tandem's vLLM worker extension (engines/inference/vllm_extension), which re-packs the "
+        "CPU build's MoE experts that vLLM's own reload leaves unpacked. Local servers load it themselves; servers given "
+        "by URL must be started with --worker-extension-cls tandem_vllm_extension.ExactReloadExtension and that folder "
+        "on their PYTHONPATH. False: vLLM's plain reload_weights (exact on GPU builds, wrong for MoE on the CPU build).",
     )
     verify_checksums: bool = Field(True, description="After a weight update, check that every server reports identical weight checksums.")
     log_dir: str | None = Field(None, description="Directory for server logs; None: a temporary directory.")

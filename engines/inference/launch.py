@@ -18,6 +18,9 @@ from typing import Literal
 from engines.inference.config import InferenceConfig
 
 VLLM_PYTHON_ENV = "TANDEM_VLLM_PYTHON"
+# Worker extension loaded by local servers (see the module): exact in-place reloads.
+EXTENSION_DIR = Path(__file__).parent / "vllm_extension"
+EXTENSION_CLASS = "tandem_vllm_extension.ExactReloadExtension"
 KvRole = Literal["kv_producer", "kv_consumer"]
 
 
@@ -84,6 +87,8 @@ def server_command(cfg: InferenceConfig, python: str, port: int, cpu_build: bool
         "--enable-prefix-caching",  # turns of one episode share their prefix
         "--uvicorn-log-level", "warning",
     ]  # fmt: skip
+    if cfg.worker_extension:
+        argv += ["--worker-extension-cls", EXTENSION_CLASS]
     if cfg.enforce_eager:
         argv.append("--enforce-eager")
     if cpu_build:
@@ -112,6 +117,7 @@ def server_environment(cfg: InferenceConfig, cpu_build: bool, index: int = 0) ->
     env = dict(os.environ)
     # /collective_rpc (in-place weight reload) and /reset_prefix_cache are dev routes.
     env["VLLM_SERVER_DEV_MODE"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(EXTENSION_DIR), env.get("PYTHONPATH", "")) if p)
     if cpu_build:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gb)))  # whole GB
         env["OMP_NUM_THREADS"] = str(cfg.server_threads)

@@ -48,10 +48,24 @@ async def is_paused(http: httpx.AsyncClient, url: str) -> bool:
     return bool((await _call(http, "GET", f"{url}/is_paused"))["is_paused"])
 
 
-async def reload_weights(http: httpx.AsyncClient, url: str, weights_dir: str, timeout_s: float) -> None:
-    """Load safetensors from `weights_dir` into the running model, in place (same architecture)."""
-    body = {"method": "reload_weights", "kwargs": {"weights_path": weights_dir}}
-    await _call(http, "POST", f"{url}/collective_rpc", json=body, timeout=timeout_s)
+async def reload_weights(http: httpx.AsyncClient, url: str, weights_dir: str, timeout_s: float, exact: bool = True) -> None:
+    """Load safetensors from `weights_dir` into the running model, in place (same architecture).
+
+    `exact`: through our worker extension (servers started by the pool load it), which
+    re-packs the CPU build's MoE experts after vLLM's reload; else vLLM's plain reload.
+    """
+    method = "reload_weights_exact" if exact else "reload_weights"
+    body = {"method": method, "kwargs": {"weights_path": weights_dir}}
+    try:
+        await _call(http, "POST", f"{url}/collective_rpc", json=body, timeout=timeout_s)
+    except RouteError as err:
+        if exact and method in str(err):
+            raise RouteError(
+                f"{err}\n(server {url} lacks tandem's worker extension: start it with --worker-extension-cls "
+                "tandem_vllm_extension.ExactReloadExtension and engines/inference/vllm_extension on its PYTHONPATH, "
+                "or set inference.worker_extension=false)"
+            ) from err
+        raise
 
 
 async def set_weight_version(http: httpx.AsyncClient, url: str, version: int) -> None:

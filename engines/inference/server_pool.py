@@ -12,11 +12,11 @@ Owns:
   server, or to the same one once restarted); a dead local server is restarted, with
   the current weights loaded, at most `max_restarts` times;
 - weight updates, one of two ways (config `weight_update`):
-  reload: pause (keeping in-flight requests) -> reload -> verify -> resume, resume
+  reload (default): pause (keeping in-flight requests) -> reload (through our worker
+  extension, exact for the CPU build's MoE experts too) -> verify -> resume, resume
   in `finally`, on every server at once;
-  restart (vLLM's CPU build, whose in-place reload is wrong for MoE experts): one
-  server at a time, route new requests elsewhere (or hold them), let its in-flight
-  requests finish on the old weights, restart it on the new ones, verify;
+  restart: one server at a time, route new requests elsewhere (or hold them), let its
+  in-flight requests finish on the old weights, restart it on the new ones, verify;
   the version is recorded per server and each completion carries the version its
   server had when the request was sent.
 
@@ -117,7 +117,6 @@ class ServerPool:
         python = launch.vllm_python()
         self._cpu_build = launch.is_cpu_build(python)
         launch.check_supported(self.cfg, self._cpu_build)
-        self._restart_updates = self.cfg.weight_update == "restart" or (self.cfg.weight_update == "auto" and self._cpu_build)
         for i in range(self.cfg.num_servers):
             env = launch.server_environment(self.cfg, self._cpu_build, i)
             port = self.cfg.base_port + i if self.cfg.base_port else free_port(self.cfg.host)
@@ -248,7 +247,7 @@ class ServerPool:
             log.exception("restart of server %s failed", slot.url)
             return
         if self._reload_from is not None and not self._restart_updates:  # started from model_dir: bring it up to date
-            await routes.reload_weights(self._http, slot.url, self._reload_from, self.cfg.request_timeout_s)
+            await routes.reload_weights(self._http, slot.url, self._reload_from, self.cfg.request_timeout_s, self.cfg.worker_extension)
         await routes.set_weight_version(self._http, slot.url, self.version)
         slot.version = self.version
         slot.healthy = True
@@ -331,7 +330,7 @@ class ServerPool:
         assert self._reload_from is not None
         await routes.pause(self._http, slot.url)
         try:
-            await routes.reload_weights(self._http, slot.url, self._reload_from, self.cfg.request_timeout_s)
+            await routes.reload_weights(self._http, slot.url, self._reload_from, self.cfg.request_timeout_s, self.cfg.worker_extension)
             await routes.set_weight_version(self._http, slot.url, self.version)
             served = await routes.weight_version(self._http, slot.url)
             if served != str(self.version):

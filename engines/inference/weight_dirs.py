@@ -2,14 +2,9 @@
 
 `serving_dir`: a model directory for a fresh server start with new weights: the
 config and tokenizer of the original model directory plus the published safetensors
-(links, nothing copied). Used by the restart update on vLLM's CPU build, whose
-in-place reload corrupts MoE expert weights: reloading the very checkpoint a
-server started from moved its logprobs by 0.07 nats and a checkpoint with new
-experts by 0.46 (vLLM 0.32 CPU, float32 and bfloat16 alike; the CPU experts'
-weights are pre-packed after loading, and the layer-wise reload does not reproduce
-that packing).
+(links, nothing copied). Used by the restart update (`weight_update='restart'`).
 
-`reload_dir`: what to pass to the in-place reload (GPU build). vLLM 0.32 reloads
+`reload_dir`: what to pass to the in-place reload. vLLM 0.32 reloads
 weights layer by layer. A model with tied word embeddings (the tiny MoE, many small
 models) saves no `lm_head.weight`; on reload the embedding gets the new weights,
 the LM head gets none, and vLLM puts the old tensor back into it

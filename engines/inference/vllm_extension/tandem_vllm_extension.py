@@ -1,0 +1,58 @@
+"""A vLLM worker extension: in-place weight reload that is exact on the CPU build.
+
+Loaded inside the vLLM server process only (`--worker-extension-cls`, with this
+folder on the server's PYTHONPATH); tandem-rl itself never imports vLLM.
+
+Why: vLLM 0.32's CPU MoE experts pre-pack their weights into a grouped-gemm layout
+once, after the first load. Its in-place reload (`reload_weights`) copies the new
+checkpoint-format weights into those same tensors but does not pack them again
+(the packing step runs only when the MoE kernel is first built), so after a reload
+the experts compute with unpacked weights: served logprobs off by 0.07-0.46 nats.
+`reload_weights_exact` runs vLLM's own reload, then packs each CPU expert weight
+again in place with vLLM's own packing op, so compiled graphs and the kernel keep
+the same storage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class ExactReloadExtension:
+    """Mixed into vLLM's worker class; methods are reachable through /collective_rpc."""
+
+    model_runner: Any
+
+    def reload_weights_exact(self, weights_path: str) -> int:
+        """Reload from `weights_path` in place; returns how many expert layers were re-packed."""
+        self.reload_weights(weights_path=weights_path)  # type: ignore[attr-defined]
+        return _repack_cpu_experts(self.model_runner.get_model())
+
+
+def _repack_cpu_experts(model: torch.nn.Module) -> int:
+    try:  # absent or unusable on GPU builds: nothing to re-pack there
+        from vllm import _custom_ops as ops
+        from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+    except ImportError:
+        return 0
+
+    repacked = 0
+    for module in model.modules():
+        kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+        experts = getattr(kernel, "fused_experts", None)
+        if not isinstance(experts, CPUUnquantizedExperts) or experts._use_zentorch:
+            continue
+        config = experts.moe_config
+        if experts._padded_intermediate_size(config) != config.intermediate_size_per_partition:
+            raise RuntimeError(
+                "exact reload cannot re-pack experts whose intermediate size is padded by the CPU kernel; "
+                "use weight_update='restart' for this model"
+            )
+        with torch.no_grad():
+            for name in ("w13_weight", "w2_weight"):
+                weight = getattr(module, name)
+                weight.copy_(ops.cpu_prepack_moe_weight(weight.data.clone(), experts.isa))
+        repacked += 1
+    return repacked
