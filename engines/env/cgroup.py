@@ -47,18 +47,22 @@ class CgroupCaps:
         return [os.path.join(d, "cgroup.procs") for d in self.dirs]
 
     def oom_killed(self) -> bool:
+        return self.oom_events() > 0
+
+    def oom_events(self) -> int:
+        """OOM kills plus times the memory cap was hit, since the groups were made."""
+        events = 0
         for d in self.dirs:
             try:
                 with open(os.path.join(d, "memory.oom_control")) as f:
                     for line in f:
-                        if line.startswith("oom_kill ") and int(line.split()[1]) > 0:
-                            return True
+                        if line.startswith("oom_kill "):
+                            events += int(line.split()[1])
                 with open(os.path.join(d, "memory.failcnt")) as f:
-                    if int(f.read().strip() or 0) > 0:
-                        return True
+                    events += int(f.read().strip() or 0)
             except (OSError, ValueError):
                 continue
-        return False
+        return events
 
     def kill_all(self) -> None:
         """SIGKILL every process left in the groups (a few passes: forks race the sweep)."""

@@ -35,6 +35,11 @@ class EnvConfig(BaseModel):
     use_cgroups: bool = Field(True, description="Cap memory and processes with cgroup v1 when writable; without it only rlimits apply.")
     python: str = Field(default_factory=lambda: sys.executable, description="Python interpreter that runs tests inside the sandbox (its prefix is bound read-only).")
     workers: int = Field(0, ge=0, description="Grading workers; 0 = min(CPU cores, available memory / limits.memory_mb).")
+    warm_pytest: bool = Field(
+        True,
+        description="Grade `python -m pytest` commands in a sandbox that stays up per repository copy, with pytest "
+        "imported once and a fresh fork per run (warm_pytest.py): 5-10x faster targeted runs, same isolation.",
+    )
     partial_credit: bool = Field(False, description="Reward = fraction of FAIL_TO_PASS passing when every PASS_TO_PASS passes; default is binary 'resolved'.")
     max_patch_bytes: int = Field(2_000_000, ge=1024, description="Patches larger than this are graded as failures without being applied (bytes).")
     observation_chars: int = Field(1200, ge=100, description="Longest tool observation returned to the agent (characters); micro tasks need a few hundred.")

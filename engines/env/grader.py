@@ -6,7 +6,8 @@ infra, which training leaves out of group statistics):
   2. the allowlist filter drops test files and test/build configuration (patches.py);
   3. the repository copy is reset to the task's base, so test files are pristine;
   4. the filtered patch is applied, then the task's test_patch (a failure here is infra);
-  5. only the FAIL_TO_PASS and PASS_TO_PASS tests run, in the sandbox;
+  5. only the FAIL_TO_PASS and PASS_TO_PASS tests run, in the sandbox (a warm one
+     per copy for pytest commands, warm_pytest.py);
   6. the framed log is parsed and decided with SWE-bench's rules (report.py).
 A timeout of the tests is a model failure (the patch made them hang); a sandbox
 that cannot start, or a task whose test patch does not apply, is infra.
@@ -33,8 +34,9 @@ from engines.env.config import EnvConfig
 from engines.env.errors import EnvError, TaskError
 from engines.env.patches import filter_patch
 from engines.env.report import evaluate, frame_log
-from engines.env.sandbox import Runner, make_runner
+from engines.env.sandbox import BwrapRunner, Runner, RunResult, make_runner
 from engines.env.types import GradeResult, Task
+from engines.env.warm_pytest import WarmPytest, pytest_args
 from engines.env.workspace import Workspace, base_files
 
 
@@ -65,24 +67,51 @@ def node_args(test_ids: Sequence[str]) -> list[str]:
 
 
 class _Slot:
-    """One worker's private repository copies, one per snapshot (base switched per task)."""
+    """One worker's private repository copies, one per snapshot (base switched per task),
+    each with its warm pytest sandbox once a test ran there."""
 
     def __init__(self, root: Path):
         self.root = root
         self.copies: dict[str, Workspace] = {}
+        self.warm: dict[str, WarmPytest] = {}
 
     def workspace(self, task: Task) -> Workspace:
-        key = task.snapshot_uri or "inline"
+        key = _copy_key(task)
         base = base_files(task)
         ws = self.copies.get(key)
         if ws is None:
             if len(self.copies) >= 8:
-                self.copies.pop(next(iter(self.copies))).destroy()
+                self._evict(next(iter(self.copies)))
             ws = self.copies[key] = Workspace(Path(tempfile.mkdtemp(prefix="grade-", dir=self.root)), base)
         else:
             ws.base = base
             ws.reset()
         return ws
+
+    def run_tests(self, task: Task, ws: Workspace, config: EnvConfig, runner: Runner) -> RunResult:
+        """The task's targeted tests in `ws`: in its warm sandbox when the command is
+        `python -m pytest ...` and the runner is bubblewrap, else a cold run."""
+        command = targeted_command(task)
+        args = pytest_args(command) if config.warm_pytest and isinstance(runner, BwrapRunner) else None
+        if args is None:
+            return runner.run(command, ws.root)
+        key = _copy_key(task)
+        if key not in self.warm:
+            self.warm[key] = WarmPytest(config, runner, ws.root)
+        return self.warm[key].run(args)
+
+    def close(self) -> None:
+        for key in list(self.copies):
+            self._evict(key)
+
+    def _evict(self, key: str) -> None:
+        if (warm := self.warm.pop(key, None)) is not None:
+            warm.close()
+        self.copies.pop(key).destroy()
+
+
+def _copy_key(task: Task) -> str:
+    return task.snapshot_uri or "inline"
 
 
 class GradingPool:
@@ -116,6 +145,8 @@ class GradingPool:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+        while not self._slots.empty():
+            self._slots.get().close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> "GradingPool":
@@ -140,7 +171,7 @@ def _grade(task: Task, patch: str, config: EnvConfig, runner: Runner, slot: _Slo
         return _result(task, start, notes=f"patch does not apply: {error}", applied=False)
     if task.test_patch and (error := ws.apply(task.test_patch)):
         raise TaskError(f"test_patch does not apply on the base ({error}); fix the task")
-    run = runner.run(targeted_command(task), ws.root)
+    run = slot.run_tests(task, ws, config, runner)
     ws.reset()  # leave nothing behind for the next grade on this copy
     if not run.started:
         return _result(task, start, infra=run.infra_message)

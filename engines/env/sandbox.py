@@ -84,17 +84,25 @@ class BwrapRunner:
         self.bwrap = bwrap
         self._binds = _python_dirs(config.python)
 
-    def argv(self, repo: Path, status_fd: int) -> list[str]:
+    def argv(self, repo: Path, status_fd: int | None = None, read_only: dict[str, str] | None = None) -> list[str]:
+        """bubblewrap's arguments up to the command: `repo` read-write at SANDBOX_REPO,
+        `read_only` host paths bound read-only at the given sandbox paths."""
         args = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-                "--clearenv", "--hostname", "sandbox", "--json-status-fd", str(status_fd)]
+                "--clearenv", "--hostname", "sandbox"]
+        if status_fd is not None:
+            args += ["--json-status-fd", str(status_fd)]
         for d in _SYSTEM_DIRS:
             args += ["--ro-bind-try", d, d]
         for f in _SYSTEM_FILES:
             args += ["--ro-bind-try", f, f]
         for d in self._binds:
             args += ["--ro-bind", d, d]
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp",
                  "--bind", str(repo), SANDBOX_REPO, "--chdir", SANDBOX_REPO]
+        for host, inside in (read_only or {}).items():
+            args += ["--ro-bind", host, inside]
+        # Writable: only the repository, /tmp and /dev/shm (what a warm sandbox wipes between runs).
+        args += ["--remount-ro", "/dev", "--remount-ro", "/"]
         for key, value in _sandbox_env(self.config.python).items():
             args += ["--setenv", key, value]
         return args
@@ -133,10 +141,7 @@ def _run_capped(argv: list[str], env: dict[str, str] | None, limits: SandboxLimi
     """Start `argv` inside fresh cgroups with rlimits; collect capped output; enforce the wall clock."""
     caps = CgroupCaps.create(limits.memory_mb, limits.max_processes) if use_cgroups else None
     _warn_without_cgroups(use_cgroups and caps is None)
-    # The shell joins the cgroups before exec'ing prlimit, so no child escapes the caps.
-    join = "".join(f'echo $$ > "{p}" && ' for p in (caps.procs_files() if caps else []))
-    rlimits = [f"--cpu={limits.cpu_seconds}", f"--fsize={limits.file_size_mb * 2**20}", "--core=0", "--nofile=1024"]
-    wrapped = ["/bin/sh", "-c", join + 'exec "$@"', "sh", "prlimit", *rlimits, "--", *argv]
+    wrapped = capped_argv(argv, limits, caps)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -169,6 +174,15 @@ def _run_capped(argv: list[str], env: dict[str, str] | None, limits: SandboxLimi
     output, truncated = reader.text()
     code = None if timed_out else proc.returncode
     return RunResult(code, output, timed_out, truncated, time.monotonic() - start, oom=oom)
+
+
+def capped_argv(argv: list[str], limits: SandboxLimits, caps: CgroupCaps | None, cpu_limit: bool = True) -> list[str]:
+    """`argv` started inside `caps` with the rlimits of `limits`. The shell joins the
+    cgroups before exec'ing prlimit, so no child escapes the caps."""
+    join = "".join(f'echo $$ > "{p}" && ' for p in (caps.procs_files() if caps else []))
+    rlimits = [f"--cpu={limits.cpu_seconds}"] if cpu_limit else []
+    rlimits += [f"--fsize={limits.file_size_mb * 2**20}", "--core=0", "--nofile=1024"]
+    return ["/bin/sh", "-c", join + 'exec "$@"', "sh", "prlimit", *rlimits, "--", *argv]
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:

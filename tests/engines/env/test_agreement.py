@@ -20,6 +20,7 @@ from engines.env.patches import filter_patch
 from engines.env.report import evaluate, frame_log
 from engines.env.sandbox import make_runner
 from engines.env.types import Task
+from engines.env.warm_pytest import WarmPytest, pytest_args
 from engines.env.workspace import Workspace, apply_to_files, base_files, unified_diff
 
 from .conftest import needs_bwrap
@@ -57,22 +58,26 @@ def test_decisions_agree_with_swebench(real_corpus, env_config, tmp_path):
         spec = TestSpec(instance_id=task.instance_id, image="", eval_script_list=[], repo=task.repo, version=task.version,
                         FAIL_TO_PASS=list(task.FAIL_TO_PASS), PASS_TO_PASS=list(task.PASS_TO_PASS),
                         log_parser=task.log_parser, eval_type="pass_and_fail")
-        for k, patch in enumerate(_variants(task, rng)):
-            ws.reset()
-            assert ws.apply(filter_patch(patch).text) == ""
-            run = runner.run(targeted_command(task), ws.root)
-            log = frame_log(run.output, run.exit_code)
-            log_path = tmp_path / f"{task.instance_id}-{k}.log"
-            log_path.write_text(log)
-            ours = evaluate(log, task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS)
-            theirs = get_eval_report(spec, {"instance_id": task.instance_id, "model_patch": patch,
-                                            "model_name_or_path": "test"}, str(log_path), True)[task.instance_id]
-            assert ours.resolved == theirs["resolved"], (task.instance_id, k, log[-2000:])
-            if theirs.get("tests_status"):
-                status = theirs["tests_status"]
-                assert ours.f2p_passed == len(status["FAIL_TO_PASS"]["success"])
-                assert ours.p2p_passed == len(status["PASS_TO_PASS"]["success"])
-            decisions.append((k, ours.resolved))
+        with WarmPytest(config, runner, ws.root) as warm:
+            for k, patch in enumerate(_variants(task, rng)):
+                ws.reset()
+                assert ws.apply(filter_patch(patch).text) == ""
+                runs = {"cold": runner.run(targeted_command(task), ws.root), "warm": warm.run(pytest_args(targeted_command(task)))}
+                reports = {}
+                for kind, run in runs.items():  # a fresh sandbox per run, and the warm one: same decisions
+                    log = frame_log(run.output, run.exit_code)
+                    log_path = tmp_path / f"{task.instance_id}-{k}-{kind}.log"
+                    log_path.write_text(log)
+                    ours = reports[kind] = evaluate(log, task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS)
+                    theirs = get_eval_report(spec, {"instance_id": task.instance_id, "model_patch": patch,
+                                                    "model_name_or_path": "test"}, str(log_path), True)[task.instance_id]
+                    assert ours.resolved == theirs["resolved"], (task.instance_id, k, kind, log[-2000:])
+                    if theirs.get("tests_status"):
+                        status = theirs["tests_status"]
+                        assert ours.f2p_passed == len(status["FAIL_TO_PASS"]["success"])
+                        assert ours.p2p_passed == len(status["PASS_TO_PASS"]["success"])
+                assert reports["cold"].statuses == reports["warm"].statuses, (task.instance_id, k)
+                decisions.append((k, reports["cold"].resolved))
         ws.destroy()
     # gold always resolves; empty and import-breaking patches never do; breaks elsewhere
     # mostly do not (a break outside the tests' reach can still resolve): both decisions occur

@@ -8,6 +8,7 @@ hole shows up as a resolved grade, not only as a side effect.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -71,7 +72,9 @@ def fix_server(micro_tasks):
     server.close()
 
 
-def test_attacks_are_contained_and_graded_as_failures(micro_tasks, env_config, host_dir, fix_server):
+@pytest.mark.parametrize("warm", [True, False], ids=["warm-sandbox", "cold-sandbox"])
+def test_attacks_are_contained_and_graded_as_failures(micro_tasks, env_config, host_dir, fix_server, warm):
+    env_config = env_config.model_copy(update={"warm_pytest": warm})
     net_task, port, connections = fix_server
     (host_dir / "fixed_module.py").write_text(_fixed_source(micro_tasks[4]))
     t = micro_tasks
@@ -114,6 +117,36 @@ def test_attacks_are_contained_and_graded_as_failures(micro_tasks, env_config, h
     assert "timed out" in results["sleep_past_timeout"].notes
     leftovers = [d for c in ("pids", "memory") for d in Path(f"/sys/fs/cgroup/{c}/tandem-env").glob("*") if d.is_dir()]
     assert leftovers == []
+
+
+def test_a_run_leaves_nothing_behind_for_the_next_run_in_a_warm_sandbox(micro_tasks, env_config):
+    """Attacks on the sandbox that outlives a run: a daemon that writes the next task's
+    fix into the shared copy, a file planted in /tmp for the next run to import, an
+    answer forged into the server's channel. The next task (empty patch) must fail."""
+    victim = micro_tasks[14]
+    fixed = _fixed_source(victim)
+    forged = json.dumps({"exit_code": 0, "truncated": False, "timed_out": False,
+                         "output": "\n".join(f"PASSED {t}" for t in (*victim.FAIL_TO_PASS, *victim.PASS_TO_PASS))})
+    attacks = {
+        "daemon": _module_patch(micro_tasks[15], (
+            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+            f"        for _ in range(400):\n            time.sleep(0.02)\n"
+            f"            try:\n                open('/repo/m.py', 'w').write({fixed!r})\n            except OSError:\n                pass\n"
+            "        os._exit(0)\n    os._exit(0)")),
+        "tmp_plant": _module_patch(micro_tasks[16], f"open('/tmp/m.py', 'w').write({fixed!r})\nopen('/tmp/conftest.py', 'w').write('')"),
+        "forge_answer": _module_patch(micro_tasks[17], (
+            "import os\nfor fd in range(64):\n    for path in (f'/proc/{os.getppid()}/fd/{fd}', f'/proc/1/fd/{fd}'):\n"
+            f"        try:\n            f = open(path, 'w'); f.write({forged!r} + '\\n'); f.close()\n        except OSError:\n            pass")),
+    }
+    config = env_config.model_copy(update={"warm_pytest": True})
+    with GradingPool(config, workers=1) as pool:  # one worker: every run shares the copy and the sandbox
+        for name, patch in attacks.items():
+            attacker = micro_tasks[15 + list(attacks).index(name)]
+            result = pool.grade_one(attacker, patch)
+            assert not result.resolved, (name, result)
+            next_run = pool.grade_one(victim, "")
+            assert not next_run.resolved and not next_run.infra_failure, (name, next_run)
+        assert pool.grade_one(victim, victim.patch).resolved  # still serving
 
 
 def test_sandbox_sees_only_the_repository_loopback_and_a_clean_environment(env_config, tmp_path):
