@@ -23,7 +23,7 @@ over the summed wall times, with a fresh sandbox per run (the cost of sandboxing
 itself); `warm_sandbox_run_s` is the same runs in a warm sandbox. `micro_grade_s` is the median time to grade one micro
 task on one worker. The last line printed is one JSON object.
 
-    python -m benchmarks.grading [--corpus DIR] [--tasks 12] [--repeats 3]
+    python -m benchmarks.grading [--corpus DIR] [--tasks 24] [--repeats 3]
 Without --corpus, a small toolz corpus is built once and cached under
 ~/.cache/tandem-rl/bench-corpus.
 """
@@ -124,7 +124,7 @@ def sandbox_overhead(tasks: list[Task], config: EnvConfig, scratch: Path, repeat
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", help="corpus directory (default: a cached toolz corpus)")
-    parser.add_argument("--tasks", type=int, default=12, help="real-project tasks (2 episodes each)")
+    parser.add_argument("--tasks", type=int, default=24, help="real-project tasks (2 episodes each)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of each run for the overhead")
     args = parser.parse_args()
 

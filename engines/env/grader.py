@@ -75,7 +75,7 @@ class _Slot:
         self.copies: dict[str, Workspace] = {}
         self.warm: dict[str, WarmPytest] = {}
 
-    def workspace(self, task: Task) -> Workspace:
+    def workspace(self, task: Task, python: str) -> Workspace:
         key = _copy_key(task)
         base = base_files(task)
         ws = self.copies.get(key)
@@ -83,6 +83,7 @@ class _Slot:
             if len(self.copies) >= 8:
                 self._evict(next(iter(self.copies)))
             ws = self.copies[key] = Workspace(Path(tempfile.mkdtemp(prefix="grade-", dir=self.root)), base)
+            ws.keep_bytecode(python)  # compiled once per copy, not once per run
         else:
             ws.base = base
             ws.reset()
@@ -165,7 +166,7 @@ def _grade(task: Task, patch: str, config: EnvConfig, runner: Runner, slot: _Slo
     if filtered.error:
         return _result(task, start, notes=filtered.error, applied=False)
     dropped = f"dropped files outside the allowlist: {', '.join(filtered.dropped)}" if filtered.dropped else ""
-    ws = slot.workspace(task)
+    ws = slot.workspace(task, config.python)
     error = ws.apply(filtered.text)
     if error:
         return _result(task, start, notes=f"patch does not apply: {error}", applied=False)

@@ -111,8 +111,10 @@ def git_apply(root: Path, patch: str) -> str:
         return ""
     env = {"PATH": "/usr/bin:/bin", "GIT_CEILING_DIRECTORIES": str(root.parent), "HOME": str(root)}
     for args in (["git", "apply", "--whitespace=nowarn"], ["git", "apply", "--whitespace=nowarn", "--recount", "-C1"]):
+        # No timeout: git apply on bounded input ends, and a timeout makes Python poll
+        # for the exit with sleeps of up to 50 ms (30 ms per grade measured).
         proc = subprocess.run([*args, "-"], input=patch.encode("utf-8", "surrogateescape"), cwd=root, env=env,
-                              capture_output=True, timeout=60)
+                              capture_output=True)
         if proc.returncode == 0:
             return ""
     return proc.stderr.decode(errors="replace").strip()[-500:] or "git apply failed"
@@ -150,8 +152,24 @@ class Workspace:
 
     def __init__(self, root: Path, base: Files):
         self.root, self.base = root, base
+        self.kept: Files = {}  # files outside the source tree that reset() restores too (bytecode)
         root.mkdir(parents=True, exist_ok=True)
         self.reset()
+
+    def keep_bytecode(self, python: str) -> None:
+        """Compile the tree with `python` into hash-checked .pyc files and keep them
+        across resets. The interpreter checks each against its source's hash, so a
+        patched module is compiled afresh; reset() restores them byte for byte, so a
+        run cannot leave bytecode behind for the next."""
+        subprocess.run([python, "-m", "compileall", "-q", "--invalidation-mode", "checked-hash", str(self.root)],
+                       capture_output=True, check=False)
+        self.kept = {}
+        for dirpath, _, filenames in os.walk(self.root):
+            if os.path.basename(dirpath) == "__pycache__":
+                for name in filenames:
+                    path = os.path.join(dirpath, name)
+                    with open(path, "rb") as f:
+                        self.kept[os.path.relpath(path, self.root)] = f.read()
 
     @classmethod
     def for_task(cls, task: Task, parent: str | Path) -> "Workspace":
@@ -164,7 +182,7 @@ class Workspace:
             for name in filenames:
                 path = os.path.join(dirpath, name)
                 rel = os.path.relpath(path, self.root)
-                if rel not in self.base or os.path.islink(path):
+                if (rel not in self.base and rel not in self.kept) or os.path.islink(path):
                     os.unlink(path)
             for name in dirnames:
                 path = os.path.join(dirpath, name)
@@ -172,7 +190,7 @@ class Workspace:
                     os.unlink(path)
                 elif not os.listdir(path):
                     os.rmdir(path)
-        for rel, data in self.base.items():
+        for rel, data in (self.kept | self.base).items():
             path = self.root / rel
             try:
                 if path.stat().st_size == len(data) and path.read_bytes() == data:
