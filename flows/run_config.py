@@ -91,6 +91,20 @@ class EvalConfig(BaseModel):
     samples: int = Field(2, ge=1, description="Samples per task at temperature 1 for pass@k (k = samples).")
 
 
+class RunSamplingConfig(SamplingConfig):
+    """Sampling of a model turn for micro tasks (defaults on the fields, so overriding one key keeps the others)."""
+
+    max_tokens_per_turn: int = Field(64, ge=1, description="Most tokens of one turn; a micro-task action is about 20 tokens.")
+
+
+class RunEpisodeLimits(EpisodeLimits):
+    """Episode limits for micro tasks (about 150 tokens per episode)."""
+
+    max_turns: int = Field(4, ge=1, description="Most model turns per episode.")
+    max_total_tokens: int = Field(512, ge=2, description="Most tokens in the whole conversation; at most the server's context.")
+    max_concurrent_episodes: int = Field(64, ge=1, description="Episodes in flight at once: a whole step's batch.")
+
+
 class RunInferenceConfig(InferenceConfig):
     """InferenceConfig whose model_dir the run fills in (the published weights), with
     defaults sized for the tiny MoE on micro tasks (episodes of about 150 tokens)."""
@@ -100,14 +114,8 @@ class RunInferenceConfig(InferenceConfig):
     kv_cache_gb: float = Field(0.5, gt=0, description="KV cache per server in GB.")
     max_num_seqs: int = Field(64, ge=1, description="Sequences one server batches at once: a whole step's batch.")
     concurrency_per_server: int = Field(64, ge=1, description="Requests in flight per server.")
-    sampling: SamplingConfig = Field(
-        default_factory=lambda: SamplingConfig(max_tokens_per_turn=64),
-        description="Sampling of a model turn; a micro-task action is about 20 tokens.",
-    )
-    limits: EpisodeLimits = Field(
-        default_factory=lambda: EpisodeLimits(max_turns=4, max_total_tokens=512, max_concurrent_episodes=64),
-        description="Turn, token and time limits of an episode.",
-    )
+    sampling: RunSamplingConfig = Field(default_factory=RunSamplingConfig, description="Sampling of a model turn.")
+    limits: RunEpisodeLimits = Field(default_factory=RunEpisodeLimits, description="Turn, token and time limits of an episode.")
 
 
 class RunSFTConfig(SFTConfig):
@@ -165,6 +173,12 @@ class RunConfig(BaseModel):
             raise ValueError(
                 "model.path: required when tasks.kind = 'corpus' (the tiny warm start learns from micro-task "
                 "demonstrations); give a Hugging Face MoE directory"
+            )
+        sampled_at = self.inference.sampling.temperature
+        if sampled_at != self.trainer.temperature:
+            raise ValueError(
+                f"trainer.temperature ({self.trainer.temperature}) differs from inference.sampling.temperature "
+                f"({sampled_at}): the RL loss compares the trainer's logprobs with the sampler's, so set both to the same value"
             )
         if self.eval.tasks > self.tasks.heldout_tasks and self.tasks.kind == "micro":
             raise ValueError(

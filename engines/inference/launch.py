@@ -85,6 +85,9 @@ def server_command(cfg: InferenceConfig, python: str, port: int, cpu_build: bool
         "--max-num-seqs", str(cfg.max_num_seqs),
         "--dtype", cfg.dtype,
         "--enable-prefix-caching",  # turns of one episode share their prefix
+        # Logprobs of the distribution sampled from (after temperature): what the
+        # trainer computes with its logits divided by the same temperature.
+        "--logprobs-mode", "processed_logprobs",
         "--uvicorn-log-level", "warning",
     ]  # fmt: skip
     if cfg.worker_extension:

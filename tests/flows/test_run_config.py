@@ -15,6 +15,7 @@ from flows.run_config import RunConfig
         (["--rl.group_sizee", "4"], "rl.group_sizee"),
         (["--tasks.kind", "corpus"], "tasks.corpus_path"),
         (["--tasks.kind", "corpus", "--tasks.corpus_path", "c/"], "model.path"),
+        (["--inference.sampling.temperature", "0.7"], "trainer.temperature"),
     ],
 )
 def test_bad_run_configs_name_the_key(overrides, named):
@@ -34,3 +35,12 @@ def test_toml_and_overrides_compose(tmp_path):
     path.write_text('run = "exp1"\n[rl]\nsteps = 5\nasync_level = 0\n')
     cfg = load_config(RunConfig, path, ["--rl.steps", "7"])
     assert (cfg.run, cfg.rl.steps, cfg.rl.async_level) == ("exp1", 7, 0)
+
+
+def test_overriding_one_nested_key_keeps_the_runs_other_defaults():
+    cfg = load_config(RunConfig, None, ["--inference.limits.max_concurrent_episodes", "256",
+                                        "--inference.sampling.temperature", "0.7", "--trainer.temperature", "0.7"])
+    default = RunConfig()
+    assert cfg.inference.limits.max_concurrent_episodes == 256
+    assert cfg.inference.limits.max_total_tokens == default.inference.limits.max_total_tokens <= cfg.inference.max_model_len
+    assert cfg.inference.sampling.max_tokens_per_turn == default.inference.sampling.max_tokens_per_turn
