@@ -18,7 +18,7 @@ from flows.runtime import rollout_runtime
 from storage import shards
 from storage.atomic import write_bytes_atomic
 from storage.fs import Store, open_store
-from tasks.rollout import RolloutRuntime, evaluate_policy, load_weights, rollout_step, wait_for_policy
+from tasks.rollout import RolloutRuntime, evaluate_policy, load_final_policy, rollout_step
 
 
 @flow(name="rollout-lane", log_prints=True)
@@ -31,10 +31,8 @@ async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
         before = await _evaluation(rt, store, config, heldout, "before")
         loop_start = time.monotonic()
         steps = await _steps(rt, config)
-        version, _ = await wait_for_policy(rt, config.rl.steps, 0)  # the trainer's last publication
+        await load_final_policy(rt, config.rl.steps)  # the trainer's last publication
         loop_s = time.monotonic() - loop_start
-        if version > rt.pool.version:
-            await load_weights(rt, version)
         after = await _evaluation(rt, store, config, heldout, "after")
     return {"before": before, "after": after, "steps": steps, "loop_s": loop_s}
 
@@ -46,19 +44,16 @@ async def _steps(rt: RolloutRuntime, config: RunConfig) -> list[dict]:
         if shards.shard_exists(rt.store, config.run, step, "final"):
             continue  # written before a restart: shards are never duplicated
         t0 = time.monotonic()
-        version, waited = await wait_for_policy(rt, step, rl.async_level)
-        update_s = await load_weights(rt, version) if version > rt.pool.version else 0.0
         metrics = await rollout_step(rt, step, rl.batch_size // rl.group_size, rl.group_size,
                                      rl.seed, rl.async_level, config.trainer.std_scale_advantages)
         wall = time.monotonic() - t0
-        # What the step spent outside the three task bodies is Prefect's own cost.
-        metrics.update(step=step, policy_version=version, wait_s=waited, weight_update_s=update_s, wall_s=wall,
-                       prefect_s=wall - waited - update_s - metrics["task_s"])
+        # What the step spent outside the task's body is Prefect's own cost.
+        metrics.update(step=step, wall_s=wall, prefect_s=wall - metrics["task_s"])
         results.append(metrics)
         print(
-            f"[rollout] step {step + 1}/{rl.steps} v{version} reward={metrics['reward_mean']:.3f} "
+            f"[rollout] step {step + 1}/{rl.steps} v{metrics['policy_version']} reward={metrics['reward_mean']:.3f} "
             f"pass={metrics['pass_rate']:.3f} gen={metrics['generation_s']:.1f}s grade={metrics['grading_s']:.1f}s "
-            f"update={update_s:.1f}s wait={waited:.1f}s tokens={metrics['completion_tokens']}"
+            f"update={metrics['weight_update_s']:.1f}s wait={metrics['wait_s']:.1f}s tokens={metrics['completion_tokens']}"
         )
     return results
 

@@ -42,8 +42,7 @@ class RolloutRuntime:
     cache: GradeCache = field(default_factory=GradeCache)
 
 
-@task(name="wait-for-policy", cache_policy=NO_CACHE)
-async def wait_for_policy(rt: RolloutRuntime, step: int, async_level: int, timeout_s: float = 3600.0) -> tuple[int, float]:
+async def policy_for_step(rt: RolloutRuntime, step: int, async_level: int, timeout_s: float = 3600.0) -> tuple[int, float]:
     """Newest published version allowed for `step` (blocks while the trainer is behind),
     and the seconds spent waiting."""
     start = time.monotonic()
@@ -58,20 +57,38 @@ async def wait_for_policy(rt: RolloutRuntime, step: int, async_level: int, timeo
         await asyncio.sleep(0.25)
 
 
-@task(name="load-weights", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)
-async def load_weights(rt: RolloutRuntime, version: int) -> float:
-    """Load `version` into every server; returns the seconds this took (the task's body)."""
+async def load_version(rt: RolloutRuntime, version: int, attempts: int = 3) -> float:
+    """Load `version` into every server (a few attempts); returns the seconds this took."""
     start = time.monotonic()
     ckpt = checkpoints.get(rt.store, rt.run, version)
-    await rt.pool.update_weights(str(local_model_dir(ckpt.uri)), version)
+    for attempt in range(attempts):
+        try:
+            await rt.pool.update_weights(str(local_model_dir(ckpt.uri)), version)
+            break
+        except Exception:
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(5)
     return time.monotonic() - start
+
+
+@task(name="load-final-policy", cache_policy=NO_CACHE)
+async def load_final_policy(rt: RolloutRuntime, version: int) -> float:
+    """Wait until the trainer published `version` (its last), then serve it."""
+    await policy_for_step(rt, version, 0)
+    return await load_version(rt, version) if version > rt.pool.version else 0.0
 
 
 @task(name="rollout-step", cache_policy=NO_CACHE)
 async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group_size: int, seed: int,
                        async_level: int, std_scale: bool) -> dict[str, Any]:
-    """Episodes of one step, graded, written as the step's `final` shard; returns small metrics
-    (`task_s` is the time inside this task, for measuring Prefect's own overhead)."""
+    """One step as one task (coarse, so Prefect's per-task cost stays small against the
+    step): wait for a fresh-enough policy, load it, generate and grade the episodes,
+    write the step's `final` shard. Returns small metrics; `task_s` is the time inside
+    this task, for measuring Prefect's own overhead."""
+    start = time.monotonic()
+    version, waited = await policy_for_step(rt, step, async_level)
+    update_s = await load_version(rt, version) if version > rt.pool.version else 0.0
     start = time.monotonic()
     tasks = sample_step_tasks(rt.train_tasks, step, tasks_per_step, seed)
     async with concurrency(ROLLOUT_LIMIT, occupy=1):  # the machine's servers and sandboxes
@@ -90,6 +107,9 @@ async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group
         "staleness_max": result.staleness_max,
         "generation_s": result.generation_s,
         "grading_s": result.grading_s,
+        "policy_version": version,
+        "wait_s": waited,
+        "weight_update_s": update_s,
         "task_s": time.monotonic() - start,
     }
 
