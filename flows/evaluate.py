@@ -7,6 +7,7 @@ import json
 
 from prefect import flow
 from prefect.artifacts import acreate_table_artifact
+from prefect.utilities.annotations import quote
 
 from engines.env.corpus import load_corpus
 from flows.artifacts import slug
@@ -23,7 +24,7 @@ async def evaluate(config: RunConfig = RunConfig(), corpus_dir: str | None = Non
     corpus = corpus_dir or config.tasks.corpus_path or str(work_dir(config) / "corpus")
     heldout = [t for t in load_corpus(corpus) if t.split == "heldout"][: config.eval.tasks]
     async with rollout_runtime(config, store, []) as rt:
-        result = await evaluate_policy(rt, heldout, config.eval.samples, rt.pool.version)
+        result = await evaluate_policy(quote(rt), quote(heldout), config.eval.samples, rt.pool.version)
     write_bytes_atomic(store, f"{config.run}/evals/version={result['version']}.json", json.dumps(result).encode())
     await acreate_table_artifact(key=f"{slug(config.run)}-eval", table=[result],
                           description=f"Held-out evaluation of run {config.run}")

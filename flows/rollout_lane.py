@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from prefect import flow
+from prefect.utilities.annotations import quote
 
 from engines.env.corpus import load_corpus
 from flows.run_config import RunConfig
@@ -31,7 +32,7 @@ async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
         before = await _evaluation(rt, store, config, heldout, "before")
         loop_start = time.monotonic()
         steps = await _steps(rt, config)
-        await load_final_policy(rt, config.rl.steps)  # the trainer's last publication
+        await load_final_policy(quote(rt), config.rl.steps)  # the trainer's last publication
         loop_s = time.monotonic() - loop_start
         after = await _evaluation(rt, store, config, heldout, "after")
     return {"before": before, "after": after, "steps": steps, "loop_s": loop_s}
@@ -44,7 +45,9 @@ async def _steps(rt: RolloutRuntime, config: RunConfig) -> list[dict]:
         if shards.shard_exists(rt.store, config.run, step, "final"):
             continue  # written before a restart: shards are never duplicated
         t0 = time.monotonic()
-        metrics = await rollout_step(rt, step, rl.batch_size // rl.group_size, rl.group_size,
+        # quote(): Prefect would otherwise walk the runtime (thousands of tasks) on every
+        # call to find futures in it, about 1 s per task run.
+        metrics = await rollout_step(quote(rt), step, rl.batch_size // rl.group_size, rl.group_size,
                                      rl.seed, rl.async_level, config.trainer.std_scale_advantages)
         wall = time.monotonic() - t0
         # What the step spent outside the task's body is Prefect's own cost.
@@ -63,7 +66,7 @@ async def _evaluation(rt: RolloutRuntime, store: Store, config: RunConfig, heldo
     path = f"{config.run}/evals/{name}.json"
     if store.fs.exists(store.path(path)):
         return json.loads(store.fs.cat_file(store.path(path)))
-    result = await evaluate_policy(rt, heldout, config.eval.samples, rt.pool.version)
+    result = await evaluate_policy(quote(rt), quote(heldout), config.eval.samples, rt.pool.version)
     write_bytes_atomic(store, path, json.dumps(result).encode())
     print(f"[eval] {name}: " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
     return result

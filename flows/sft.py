@@ -9,6 +9,7 @@ sometimes succeeds. Idempotent: a run that already has version 0 reuses it.
 from __future__ import annotations
 
 from prefect import flow
+from prefect.utilities.annotations import quote
 
 from engines.env.corpus import load_corpus
 from flows.run_config import RunConfig
@@ -30,8 +31,8 @@ def warm_start(config: RunConfig, corpus_dir: str) -> str:
     if config.model.path:
         return publish(store, config.run, 0, -1, config.model.path)
     train = [t for t in load_corpus(corpus_dir) if t.split == "train"]
-    demos = demonstrations(train)
-    init = create_model(initial_dir(work_dir(config)), demos, config.model.tiny)
+    demos = demonstrations(quote(train))
+    init = create_model(initial_dir(work_dir(config)), quote(demos), config.model.tiny)
     uri = checkpoints.weights_uri(store, config.run, 0)
-    fine_tune(init, demos, uri, config.trainer)
+    fine_tune(init, quote(demos), uri, config.trainer)
     return publish(store, config.run, 0, -1, uri)

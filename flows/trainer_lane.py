@@ -17,6 +17,7 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.concurrency.sync import concurrency
+from prefect.utilities.annotations import quote
 
 from engines.trainer.lane import LaneConfig, TrainerLane, wait_for_step
 from storage import checkpoints
@@ -66,8 +67,8 @@ def trainer_lane(config: LaneConfig, processes: int = 1) -> list[dict]:
     try:
         last = config.first_step + config.num_steps
         for step in range(lane.next_step, last):
-            wait_for_rollouts(lane, step)
-            m = train_step(lane, step)
+            wait_for_rollouts(quote(lane), step)
+            m = train_step(quote(lane), step)
             results.append(m)
             print(f"[trainer] step {step + 1}/{last} -> v{step + 1} " + " ".join(
                 f"{k}={m[k]:.4g}" for k in ("loss", "mismatch_kl", "entropy", "grad_norm", "training_s") if m.get(k) is not None))
