@@ -11,8 +11,10 @@ the same tasks, batch and seeds, and give generation and training disjoint cores
                             Prefect itself (outside the bodies of its tasks)
   stage seconds           : mean generation, grading, weight update and training
                             time per step, to see which stage bounds the loop
+  trained_steps_k1 / _k0  : optimizer steps that updated weights (a step whose groups
+                            all share one reward has nothing to learn and is skipped)
 
-    python -m benchmarks.pipeline [--steps 8] [--batch-size 32] [--group-size 8]
+    python -m benchmarks.pipeline [--steps 8] [--batch-size 32] [--group-size 8] [--model-path DIR]
 
 The last line printed is one JSON object.
 """
@@ -46,9 +48,9 @@ def run_once(root: Path, name: str, k: int, args: argparse.Namespace, model_path
     summary = asyncio.run(rl(cfg))
     lake = connect(open_store(str(root)), name)
     stages = lake.sql(
-        "SELECT avg(generation_s), avg(training_s) FROM steps"
+        "SELECT avg(generation_s), avg(training_s), count(loss) FROM steps"
     ).fetchall()[0]
-    return {**summary, "generation_s": stages[0], "training_s": stages[1]}
+    return {**summary, "generation_s": stages[0], "training_s": stages[1], "trained_steps": stages[2]}
 
 
 def main() -> None:
@@ -58,10 +60,12 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--eval-tasks", type=int, default=20)
     parser.add_argument("--sft-seconds", type=float, default=60)
+    parser.add_argument("--model-path", help="warm-start weights for both runs (default: a short SFT in the k = 1 run); "
+                        "a warm start that earns no reward skips every optimizer step, so training is not measured")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
     with prefect_api(root / "prefect"):
-        k1 = run_once(root / "lake", "async-k1", 1, args, None)
+        k1 = run_once(root / "lake", "async-k1", 1, args, args.model_path)
         v0 = checkpoints.get(open_store(str(root / "lake")), "async-k1", 0).uri
         k0 = run_once(root / "lake", "sync-k0", 0, args, v0)
     result = {
@@ -75,6 +79,8 @@ def main() -> None:
         "staleness_max_k1": k1["staleness_max"],
         "staleness_max_k0": k0["staleness_max"],
         "training_s_per_step": round(k1["training_s"], 2),
+        "trained_steps_k1": k1["trained_steps"],
+        "trained_steps_k0": k0["trained_steps"],
         "steps": args.steps,
         "batch_size": args.batch_size,
     }

@@ -89,7 +89,6 @@ async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group
     start = time.monotonic()
     version, waited = await policy_for_step(rt, step, async_level)
     update_s = await load_version(rt, version) if version > rt.pool.version else 0.0
-    start = time.monotonic()
     tasks = sample_step_tasks(rt.train_tasks, step, tasks_per_step, seed)
     async with concurrency(ROLLOUT_LIMIT, occupy=1):  # the machine's servers and sandboxes
         result = await run_step(rt.agent, rt.grader, rt.cache, rt.env, rt.run, step, tasks, group_size,
