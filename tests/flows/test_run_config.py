@@ -15,7 +15,7 @@ from flows.run_config import RunConfig
         (["--rl.group_sizee", "4"], "rl.group_sizee"),
         (["--tasks.kind", "corpus"], "tasks.corpus_path"),
         (["--tasks.kind", "corpus", "--tasks.corpus_path", "c/"], "model.path"),
-        (["--inference.sampling.temperature", "0.7"], "trainer.temperature"),
+        (["--inference.sampling.temperature", "1.0"], "trainer.temperature"),
     ],
 )
 def test_bad_run_configs_name_the_key(overrides, named):
