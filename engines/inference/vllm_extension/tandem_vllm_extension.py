@@ -27,18 +27,25 @@ class ExactReloadExtension:
 
     def reload_weights_exact(self, weights_path: str) -> int:
         """Reload from `weights_path` in place; returns how many expert layers were re-packed."""
+        experts = _cpu_expert_layers(self.model_runner.get_model())  # refuses before anything is loaded
         self.reload_weights(weights_path=weights_path)  # type: ignore[attr-defined]
-        return _repack_cpu_experts(self.model_runner.get_model())
-
-
-def _repack_cpu_experts(model: torch.nn.Module) -> int:
-    try:  # absent or unusable on GPU builds: nothing to re-pack there
         from vllm import _custom_ops as ops
+
+        with torch.no_grad():
+            for module, isa in experts:
+                for name in ("w13_weight", "w2_weight"):
+                    weight = getattr(module, name)
+                    weight.copy_(ops.cpu_prepack_moe_weight(weight.data.clone(), isa))
+        return len(experts)
+
+
+def _cpu_expert_layers(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str]]:
+    """The MoE layers whose experts run on the CPU grouped-gemm kernel, with its ISA."""
+    try:  # absent or unusable on GPU builds: nothing to re-pack there
         from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
     except ImportError:
-        return 0
-
-    repacked = 0
+        return []
+    layers = []
     for module in model.modules():
         kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
         experts = getattr(kernel, "fused_experts", None)
@@ -47,12 +54,8 @@ def _repack_cpu_experts(model: torch.nn.Module) -> int:
         config = experts.moe_config
         if experts._padded_intermediate_size(config) != config.intermediate_size_per_partition:
             raise RuntimeError(
-                "exact reload cannot re-pack experts whose intermediate size is padded by the CPU kernel; "
+                "exact reload cannot re-pack experts whose intermediate size the CPU kernel pads; "
                 "use weight_update='restart' for this model"
             )
-        with torch.no_grad():
-            for name in ("w13_weight", "w2_weight"):
-                weight = getattr(module, name)
-                weight.copy_(ops.cpu_prepack_moe_weight(weight.data.clone(), experts.isa))
-        repacked += 1
-    return repacked
+        layers.append((module, experts.isa))
+    return layers
