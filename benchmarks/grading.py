@@ -21,8 +21,8 @@ targeted test run with and without the sandbox (bubblewrap, cgroups, rlimits vs 
 plain subprocess), interleaved on one prepared copy: (sandboxed - plain) / plain
 over the summed wall times, with a fresh sandbox per run (the cost of sandboxing
 itself); `warm_sandbox_run_s` is the same runs in a warm sandbox. `micro_grade_s`
-is the median time to grade one micro
-task on one worker. The last line printed is one JSON object.
+is the median time to grade one micro task on one worker. The last line printed is
+one JSON object.
 
     python -m benchmarks.grading [--corpus DIR] [--tasks 24] [--repeats 3]
 Without --corpus, a small toolz corpus is built once and cached under
