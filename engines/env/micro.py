@@ -27,7 +27,11 @@ from engines.protocol import Action, render_action
 
 MODULE = "m.py"
 TEST_MODULE = "test_m.py"
-TEST_CMD = "python -m pytest -rA -q -p no:cacheprovider -o addopts= --tb=line"
+# Plain-assert tests need none of pytest's doctest, junitxml, unittest, pdb, tmpdir or
+# step-wise plugins; leaving them unregistered makes each graded run about 20% faster.
+_UNUSED_PLUGINS = ("doctest", "junitxml", "pastebin", "legacypath", "tmpdir", "stepwise", "setuponly", "setupplan",
+                   "subtests", "unittest", "debugging")
+TEST_CMD = "python -m pytest -rA -q -p no:cacheprovider " + " ".join(f"-p no:{p}" for p in _UNUSED_PLUGINS) + " -o addopts= --tb=line"
 LOG_PARSER = "parse_log_pytest"
 _NAMES = ["area", "clip", "diff", "step", "mix", "span", "pick", "gap", "tally", "shift", "score", "scale", "fold", "bump", "cap", "edge"]
 _CASES_PER_FUNCTION = 2

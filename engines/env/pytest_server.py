@@ -1,8 +1,9 @@
 """A pytest that is already started, inside one sandbox: forks a fresh child per run.
 
 Run by `warm_pytest.py` as `python pytest_server.py` inside bubblewrap, over one
-repository copy. It imports pytest once (the 0.2-0.3 s that dominates a targeted
-test run), then serves one run per request line on stdin:
+repository copy. It imports pytest and its built-in plugins once (the 0.2-0.3 s that
+dominates a targeted test run) and freezes them out of the garbage collector's view
+(each run ends with full collections that would otherwise walk them), then serves one run per request line on stdin:
 
     {"nonce": "...", "args": [...pytest args...], "cpu_s": 60, "timeout_s": 120, "output_bytes": 1048576}
 
@@ -31,6 +32,8 @@ imports nothing from tandem-rl.
 from __future__ import annotations
 
 import ctypes
+import gc
+import importlib
 import json
 import os
 import resource
@@ -39,6 +42,7 @@ import shutil
 import signal
 import sys
 import time
+import traceback
 
 import pytest
 
@@ -53,10 +57,26 @@ def main() -> None:
     requests = os.fdopen(0, "r")
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stray prints of the server never corrupt the answers
+    _preload()
     print(json.dumps({"ready": True}), file=answers, flush=True)
     for line in requests:
         request = json.loads(line)
         print(json.dumps(run(request, keep=(0, answers.fileno()))), file=answers, flush=True)
+
+
+def _preload() -> None:
+    """Import what every `pytest.main` imports, then move it all to the collector's
+    permanent generation: each forked run then starts at about 45 ms instead of 70."""
+    try:
+        from _pytest.config import default_plugins  # the plugins pytest.main imports by name
+    except ImportError:  # another pytest layout: runs only start slower
+        default_plugins = ()
+    for name in default_plugins:
+        try:
+            importlib.import_module(f"_pytest.{name}")
+        except ImportError:
+            pass
+    gc.freeze()
 
 
 def run(request: dict, keep: tuple[int, int]) -> dict:
@@ -101,8 +121,6 @@ def _child(request: dict, out_fd: int, keep: tuple[int, int]) -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - reported in the log like an interpreter would
-        import traceback
-
         traceback.print_exc()
         code = 1
     finally:
