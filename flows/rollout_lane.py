@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from prefect import flow
+from prefect.concurrency.asyncio import concurrency
 from prefect.utilities.annotations import quote
 
 from engines.env.corpus import load_corpus
@@ -19,6 +20,7 @@ from flows.runtime import rollout_runtime
 from storage import shards
 from storage.atomic import write_bytes_atomic
 from storage.fs import Store, open_store
+from tasks.limits import ROLLOUT_LIMIT, SLOT_LEASE_S
 from tasks.rollout import RolloutRuntime, evaluate_policy, load_final_policy, rollout_step
 
 
@@ -28,7 +30,12 @@ async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
     tasks = load_corpus(corpus_dir)
     train = [t for t in tasks if t.split == "train"]
     heldout = [t for t in tasks if t.split == "heldout"][: config.eval.tasks]
-    async with rollout_runtime(config, store, train) as rt:
+    # The lane owns the machine's servers and sandboxes for its whole life (a slot taken
+    # per step waited about 2 s each time on Prefect's slot accounting).
+    async with (
+        concurrency(ROLLOUT_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S),
+        rollout_runtime(config, store, train) as rt,
+    ):
         before = await _evaluation(rt, store, config, heldout, "before")
         loop_start = time.monotonic()
         steps = await _steps(rt, config)

@@ -11,7 +11,6 @@ from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from prefect.concurrency.asyncio import concurrency
 
 from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
@@ -24,7 +23,6 @@ from engines.rollout.step import GradeCache, run_step, sample_step_tasks
 from engines.staleness import version_to_use
 from storage import checkpoints, shards
 from storage.fs import Store
-from tasks.limits import ROLLOUT_LIMIT
 
 
 @dataclass
@@ -90,9 +88,8 @@ async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group
     version, waited = await policy_for_step(rt, step, async_level)
     update_s = await load_version(rt, version) if version > rt.pool.version else 0.0
     tasks = sample_step_tasks(rt.train_tasks, step, tasks_per_step, seed)
-    async with concurrency(ROLLOUT_LIMIT, occupy=1):  # the machine's servers and sandboxes
-        result = await run_step(rt.agent, rt.grader, rt.cache, rt.env, rt.run, step, tasks, group_size,
-                                async_level, std_scale)
+    result = await run_step(rt.agent, rt.grader, rt.cache, rt.env, rt.run, step, tasks, group_size,
+                            async_level, std_scale)
     uri = await asyncio.to_thread(shards.write_shard, rt.store, rt.run, step, "final", result.table)
     t = result.table
     rewards = [r for r in t.column("reward").to_pylist() if r == r]  # NaN: infra failures
