@@ -9,6 +9,11 @@ the same tasks, batch and seeds, and give generation and training disjoint cores
   async_speedup           : k1 over k0 (2x is the limit for balanced stages)
   prefect_overhead        : share of the rollout lane's step wall time spent in
                             Prefect itself (outside the bodies of its tasks)
+  overlap_limit           : the best k = 1 can do given the synchronous run's stages,
+                            (R + T) / max(R, T) with R its rollout work per step and T
+                            its wait for the trainer; 2 for balanced stages
+  overlap_efficiency      : async_speedup / overlap_limit (1: the trainer is hidden
+                            entirely behind generation, or the reverse)
   stage seconds           : mean generation, grading, weight update and training
                             time per step, to see which stage bounds the loop
   trained_steps_k1 / _k0  : optimizer steps that updated weights (a step whose groups
@@ -68,14 +73,21 @@ def main() -> None:
         k1 = run_once(root / "lake", "async-k1", 1, args, args.model_path)
         v0 = checkpoints.get(open_store(str(root / "lake")), "async-k1", 0).uri
         k0 = run_once(root / "lake", "sync-k0", 0, args, v0)
+    speedup = k1["steps per hour"] / k0["steps per hour"]
+    rollout_s, trainer_s = k0["rollout s per step"], k0["wait for trainer s per step"]
+    limit = (rollout_s + trainer_s) / max(rollout_s, trainer_s)
     result = {
         "bench": "pipeline",
-        "async_speedup": round(k1["steps per hour"] / k0["steps per hour"], 3),
+        "async_speedup": round(speedup, 3),
         "prefect_overhead": round(max(k1["prefect overhead"], k0["prefect overhead"]), 4),
         "steps_per_hour_k1": k1["steps per hour"],
         "steps_per_hour_k0": k0["steps per hour"],
         "prefect_overhead_k1": k1["prefect overhead"],
         "prefect_overhead_k0": k0["prefect overhead"],
+        "overlap_limit": round(limit, 3),
+        "overlap_efficiency": round(speedup / limit, 3),
+        "rollout_s_per_step_k0": rollout_s,
+        "trainer_wait_s_per_step_k0": trainer_s,
         "staleness_max_k1": k1["staleness_max"],
         "staleness_max_k0": k0["staleness_max"],
         "training_s_per_step": round(k1["training_s"], 2),

@@ -91,6 +91,10 @@ async def _summarize(config: RunConfig, store, evals: dict, wall_s: float) -> di
     if done:
         summary["steps per hour"] = round(3600 * len(done) / evals["loop_s"], 1)
         summary["prefect overhead"] = round(sum(m["prefect_s"] for m in done) / sum(m["wall_s"] for m in done), 4)
+        # Which stage bounds the loop: a rollout step's own work, and its wait for a
+        # fresh-enough policy (the trainer's time that the staleness bound did not hide).
+        summary["rollout s per step"] = round(sum(m["task_s"] - m["wait_s"] for m in done) / len(done), 2)
+        summary["wait for trainer s per step"] = round(sum(m["wait_s"] for m in done) / len(done), 2)
     if steps:
         await publish_step_artifacts(config.run, steps)
     markdown = await publish_summary(config.run, store.display, summary)

@@ -31,7 +31,8 @@ TEST_MODULE = "test_m.py"
 # step-wise plugins; leaving them unregistered makes each graded run about 20% faster.
 _UNUSED_PLUGINS = ("doctest", "junitxml", "pastebin", "legacypath", "tmpdir", "stepwise", "setuponly", "setupplan",
                    "subtests", "unittest", "debugging")
-TEST_CMD = "python -m pytest -rA -q -p no:cacheprovider " + " ".join(f"-p no:{p}" for p in _UNUSED_PLUGINS) + " -o addopts= --tb=line"
+TEST_CMD = " ".join(["python -m pytest -rA -q -p no:cacheprovider", *(f"-p no:{p}" for p in _UNUSED_PLUGINS),
+                     "-o addopts= --tb=line"])
 LOG_PARSER = "parse_log_pytest"
 _NAMES = ["area", "clip", "diff", "step", "mix", "span", "pick", "gap", "tally", "shift", "score", "scale", "fold", "bump", "cap", "edge"]
 _CASES_PER_FUNCTION = 2

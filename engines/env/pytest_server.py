@@ -3,7 +3,8 @@
 Run by `warm_pytest.py` as `python pytest_server.py` inside bubblewrap, over one
 repository copy. It imports pytest and its built-in plugins once (the 0.2-0.3 s that
 dominates a targeted test run) and freezes them out of the garbage collector's view
-(each run ends with full collections that would otherwise walk them), then serves one run per request line on stdin:
+(each run ends with full collections that would otherwise walk them), then serves
+one run per request line on stdin:
 
     {"nonce": "...", "args": [...pytest args...], "cpu_s": 60, "timeout_s": 120, "output_bytes": 1048576}
 
