@@ -19,7 +19,7 @@ the same tasks, batch and seeds, and give generation and training disjoint cores
   trained_steps_k1 / _k0  : optimizer steps that updated weights (a step whose groups
                             all share one reward has nothing to learn and is skipped)
 
-    python -m benchmarks.pipeline [--steps 8] [--batch-size 32] [--group-size 8] [--model-path DIR]
+    python -m benchmarks.pipeline [--steps 8] [--batch-size 32] [--group-size 8] [--sft-steps 400 | --model-path DIR]
 
 The last line printed is one JSON object.
 """
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def run_once(root: Path, name: str, k: int, args: argparse.Namespace, model_path
         "tasks": {"train_tasks": 1000, "heldout_tasks": args.eval_tasks},
         "eval": {"tasks": args.eval_tasks, "samples": 1},
         "rl": {"steps": args.steps, "async_level": k, "batch_size": args.batch_size, "group_size": args.group_size},
-        "trainer": {"packing": False, "micro_batch_rows": 64, "seq_len": 512, "sft": {"max_seconds": args.sft_seconds}},
+        "trainer": {"packing": False, "micro_batch_rows": 64, "seq_len": 512, "sft": {"max_steps": args.sft_steps}},
     })
     summary = asyncio.run(rl(cfg))
     lake = connect(open_store(str(root)), name)
@@ -64,7 +65,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--eval-tasks", type=int, default=20)
-    parser.add_argument("--sft-seconds", type=float, default=60)
+    parser.add_argument("--sft-steps", type=int, default=400,
+                        help="warm-start steps when no --model-path is given (400: about 5%% reward, so steps train)")
     parser.add_argument("--model-path", help="warm-start weights for both runs (default: a short SFT in the k = 1 run); "
                         "a warm start that earns no reward skips every optimizer step, so training is not measured")
     args = parser.parse_args()
@@ -96,6 +98,9 @@ def main() -> None:
         "steps": args.steps,
         "batch_size": args.batch_size,
     }
+    if not (k1["trained_steps"] and k0["trained_steps"]):
+        print("warning: a run trained no step (its warm start earned no reward): the speedup does not include "
+              "training; give a warm start with --model-path or more --sft-steps", file=sys.stderr)
     print(json.dumps(result))
 
 
