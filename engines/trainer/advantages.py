@@ -5,6 +5,10 @@ Rules (tested in tests/engines/trainer/test_advantages.py):
   advantage (NaN): the harness failed, not the model.
 - Optional std scaling divides by the group's reward standard deviation (population,
   plus eps), as in GRPO.
+- `negative_scale` weighs below-mean episodes (1: the plain baseline; 0: learn only
+  from episodes that beat their group, as rejection-sampling fine-tuning does). When
+  successes are rare, each group pushes many failing episodes down, and those share
+  most of their tokens (format, copied code) with what succeeds elsewhere.
 - A group whose advantages are all zero (every member got the same reward, or only
   one member survived) carries no learning signal and is dropped before batching.
 """
@@ -27,7 +31,8 @@ class GroupAdvantages:
 
 
 def group_advantages(
-    rewards: np.ndarray, group_ids: np.ndarray, infra_failure: np.ndarray | None = None, std_scale: bool = False
+    rewards: np.ndarray, group_ids: np.ndarray, infra_failure: np.ndarray | None = None, std_scale: bool = False,
+    negative_scale: float = 1.0,
 ) -> GroupAdvantages:
     """Advantages over plain arrays (one entry per episode)."""
     rewards = np.asarray(rewards, dtype=np.float64)
@@ -46,12 +51,12 @@ def group_advantages(
         a = r - r.mean()
         if std_scale:
             a = a / (r.std() + _EPS)
-        advantage[members] = a
         keep[members] = bool(np.any(np.abs(a) > _EPS))
+        advantage[members] = np.where(a < 0, negative_scale * a, a)
     return GroupAdvantages(advantage, keep)
 
 
-def with_group_advantages(episodes: pa.Table, std_scale: bool = False) -> pa.Table:
+def with_group_advantages(episodes: pa.Table, std_scale: bool = False, negative_scale: float = 1.0) -> pa.Table:
     """The trainable episodes of a rollouts table, with `advantage` recomputed.
 
     Episodes without a `group_id` form a group of one (so they are dropped: a group of
@@ -62,7 +67,7 @@ def with_group_advantages(episodes: pa.Table, std_scale: bool = False) -> pa.Tab
     groups = [g if g is not None else f"__episode_{i}" for i, g in enumerate(groups)]
     failed = pc.fill_null(episodes.column("infra_failure"), False).to_numpy(zero_copy_only=False)
     rewards = pc.fill_null(episodes.column("reward"), float("nan")).to_numpy(zero_copy_only=False)
-    adv = group_advantages(rewards, np.array(groups, dtype=object), failed, std_scale)
+    adv = group_advantages(rewards, np.array(groups, dtype=object), failed, std_scale, negative_scale)
     table = episodes.set_column(
         episodes.column_names.index("advantage"), "advantage", pa.array(adv.advantage, pa.float64())
     )

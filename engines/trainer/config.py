@@ -75,6 +75,11 @@ class TrainerConfig(BaseModel):
     std_scale_advantages: bool = Field(
         False, description="Divide group advantages by the group's reward standard deviation (GRPO); False: Dr.GRPO."
     )
+    negative_advantage_scale: float = Field(
+        1.0, ge=0, le=1,
+        description="Weight of below-mean episodes' advantages (1: plain group baseline; 0: learn only from episodes "
+        "that beat their group, as rejection-sampling fine-tuning).",
+    )
     router_replay: Literal["auto", "on", "off"] = Field(
         "auto",
         description="Route each token to the experts recorded at inference (gate weights from live logits). "

@@ -144,7 +144,7 @@ def _empty_micro_batch(like: Batch) -> Batch:
 
 def rl_step(trainee: Trainee, episodes: pa.Table, cfg: TrainerConfig) -> dict[str, float]:
     """One optimizer step on a step's episodes (a ROLLOUTS table, every rank gets all of it)."""
-    trainable = with_group_advantages(episodes, cfg.std_scale_advantages)
+    trainable = with_group_advantages(episodes, cfg.std_scale_advantages, cfg.negative_advantage_scale)
     all_eps = episodes_from_table(trainable)
     global_tokens = sum(int(e.loss_mask.sum()) for e in all_eps)
     metrics: dict[str, float] = {

@@ -18,6 +18,16 @@ def test_std_scaling_by_hand():
     np.testing.assert_allclose(out.advantage, [1.0, -1.0], atol=1e-5)  # (r - 0.5) / 0.5
 
 
+def test_negative_advantages_scaled_and_groups_kept_by_their_signal():
+    rewards = [1.0, 0.0, 0.0, 0.0, 0.0]
+    groups = ["a", "a", "a", "b", "b"]
+    out = group_advantages(np.array(rewards), np.array(groups, dtype=object), negative_scale=0.25)
+    np.testing.assert_allclose(out.advantage, [2 / 3, -1 / 12, -1 / 12, 0, 0])
+    assert out.keep.tolist() == [True, True, True, False, False]
+    only_positive = group_advantages(np.array(rewards), np.array(groups, dtype=object), negative_scale=0.0)
+    np.testing.assert_allclose(only_positive.advantage, [2 / 3, 0, 0, 0, 0])
+
+
 def test_infra_failures_left_out_of_statistics_and_training():
     rewards = np.array([1.0, 0.0, 0.0, np.nan])
     failed = np.array([False, False, True, True])
