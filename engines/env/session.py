@@ -3,7 +3,9 @@
 `EnvSession.open(task, config)` prepares a private writable copy of the task's
 base; `step(action_text)` parses one model turn with `engines.protocol` and runs
 the tool: view and edit/replace on the host (paths confined to the copy), bash
-and test inside the sandbox. Text that does not parse, a bad path or a failing
+and test inside the sandbox. With a `tester` (a grading pool's warm sandboxes,
+engines/rollout/step.py), `test` runs the task's tests on the session's diff there:
+about 40 ms for a micro task instead of 220 ms in a cold sandbox, within the pool's memory bound. Text that does not parse, a bad path or a failing
 command become observations, never exceptions. `patch()` is the diff of the copy
 against the base, taken here, never from the model's text.
 
@@ -15,6 +17,7 @@ Observations are short (config.observation_chars) for tiny context windows.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from engines.env.config import EnvConfig
@@ -22,23 +25,35 @@ from engines.env.grader import node_args
 from engines.env.micro import numbered
 from engines.env.report import evaluate, frame_log
 from engines.env.sandbox import Runner, make_runner
-from engines.env.types import StepResult, Task
+from engines.env.types import GradeResult, StepResult, Task
 from engines.env.workspace import Workspace
 from engines.protocol import Action, InvalidAction, parse_action
 
 _VIEW_LINES = 60  # lines shown by a bare `view PATH`
+_FAILED_SHOWN = 4  # failing test ids listed by `test`
+_PASSING = ("PASSED", "XFAIL")
+
+# Runs a task's tests against a workspace's current state (the pool grades its diff).
+Tester = Callable[[Task, Workspace], GradeResult]
+
+
+def test_summary(statuses: Mapping[str, str]) -> str:
+    """What `test` shows: counts, then the first failing test ids (sorted)."""
+    failed = sorted(t for t, s in statuses.items() if s not in _PASSING)
+    head = f"{len(statuses) - len(failed)} passed, {len(failed)} failed"
+    return "\n".join([head, *(f"FAILED {t}" for t in failed[:_FAILED_SHOWN])])
 
 
 class EnvSession:
-    def __init__(self, task: Task, config: EnvConfig, workspace: Workspace):
-        self.task, self.config, self.workspace = task, config, workspace
+    def __init__(self, task: Task, config: EnvConfig, workspace: Workspace, tester: Tester | None = None):
+        self.task, self.config, self.workspace, self.tester = task, config, workspace, tester
         self.done = False
         self._runner: Runner | None = None
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, task: Task, config: EnvConfig) -> "EnvSession":
-        return cls(task, config, Workspace.for_task(task, Path(config.scratch_dir) / "sessions"))
+    def open(cls, task: Task, config: EnvConfig, tester: Tester | None = None) -> "EnvSession":
+        return cls(task, config, Workspace.for_task(task, Path(config.scratch_dir) / "sessions"), tester)
 
     def prompt(self) -> str:
         return self.task.problem_statement
@@ -112,7 +127,19 @@ class EnvSession:
         return f"{run.output.rstrip()}\n({status})".lstrip()
 
     def _test(self, action: Action) -> str:
-        """Run the visible tests (the task's FAIL_TO_PASS) and summarise per test."""
+        """Run the task's tests and summarise per test.
+
+        With a tester and tests that live in the repository (no test_patch), every
+        F2P and P2P test runs on the current diff in the tester's warm sandbox. Else a
+        cold sandbox runs the FAIL_TO_PASS tests.
+        """
+        if self.tester is not None and not self.task.test_patch:
+            result = self.tester(self.task, self.workspace)
+            if result.infra_failure:
+                return f"error: {result.infra_message}"
+            if "timed out" in result.notes:
+                return "tests timed out"
+            return test_summary(result.report)
         ids = list(self.task.FAIL_TO_PASS)
         cmd = " ".join([self.task.test_cmd, *node_args(ids)])
         run = self._sandbox().run(cmd, self.workspace.root)
@@ -120,11 +147,7 @@ class EnvSession:
             return f"error: {run.infra_message}"
         if run.timed_out:
             return "tests timed out"
-        rep = evaluate(frame_log(run.output, run.exit_code), self.task.log_parser, ids, [])
-        failed = [t for t, s in rep.statuses.items() if s not in ("PASSED", "XFAIL")]
-        head = f"{rep.f2p_passed} passed, {len(failed)} failed"
-        details = [line for line in run.output.splitlines() if line.startswith(("FAILED", "ERROR", "E "))][:6]
-        return "\n".join([head, *details])
+        return test_summary(evaluate(frame_log(run.output, run.exit_code), self.task.log_parser, ids, []).statuses)
 
     # ---- helpers --------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
 from engines.env.types import Task
 from engines.inference.agent import AgentLoop
-from engines.rollout.step import GradeCache, episode_requests, grade_episodes
+from engines.rollout.step import GradeCache, episode_requests, grade_episodes, pool_tester
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,9 @@ async def evaluate(
 ) -> EvalResult:
     """`greedy` must sample at temperature 0, `sampled` at the training temperature;
     each seeds its episodes only when its `sampling.seed` is set."""
-    g_eps = await greedy.run_episodes(episode_requests(tasks, 1, env, step=-1, seed=greedy.cfg.sampling.seed))
-    s_eps = await sampled.run_episodes(episode_requests(tasks, k, env, step=-2, seed=sampled.cfg.sampling.seed))
+    tester = pool_tester(grader, cache)
+    g_eps = await greedy.run_episodes(episode_requests(tasks, 1, env, step=-1, seed=greedy.cfg.sampling.seed, tester=tester))
+    s_eps = await sampled.run_episodes(episode_requests(tasks, k, env, step=-2, seed=sampled.cfg.sampling.seed, tester=tester))
     by_id = {t.instance_id: t for t in tasks}
     g_grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in g_eps])
     s_grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in s_eps])

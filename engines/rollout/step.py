@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
-from engines.env.session import EnvSession
+from engines.env.session import EnvSession, Tester
 from engines.env.types import GradeResult, Task
 from engines.inference.agent import AgentLoop, EpisodeRequest
 from engines.inference.types import Episode
@@ -60,10 +60,18 @@ def sample_step_tasks(tasks: Sequence[Task], step: int, count: int, seed: int) -
     return rng.sample(list(tasks), count) if count <= len(tasks) else rng.choices(list(tasks), k=count)
 
 
-def episode_requests(tasks: Sequence[Task], group_size: int, env: EnvConfig, step: int, seed: int | None) -> list[EpisodeRequest]:
+def pool_tester(pool: GradingPool, cache: GradeCache) -> Tester:
+    """The `test` tool through the grading pool's warm sandboxes. Grades are cached by
+    (task, diff), so a submit after a passing `test` costs no second run."""
+    return lambda task, workspace: cache.grade(pool, [(task, workspace.diff())])[0]
+
+
+def episode_requests(tasks: Sequence[Task], group_size: int, env: EnvConfig, step: int, seed: int | None,
+                     tester: Tester | None = None) -> list[EpisodeRequest]:
     """`group_size` episodes per task, one group per task; with a `seed`, each episode
     samples from its own seed, a function of (seed, step, task, sample). None samples
-    unseeded, which lets the pool coalesce requests (engines/inference/batching.py)."""
+    unseeded, which lets the pool coalesce requests (engines/inference/batching.py).
+    `tester` runs the episodes' `test` tool (None: a cold sandbox per call)."""
     requests = []
     for t_index, task in enumerate(tasks):
         for i in range(group_size):
@@ -72,7 +80,7 @@ def episode_requests(tasks: Sequence[Task], group_size: int, env: EnvConfig, ste
                     task_id=task.instance_id,
                     group_id=f"s{step}-t{t_index}",
                     sample_index=i,
-                    make_env=lambda task=task: EnvSession.open(task, env),
+                    make_env=lambda task=task: EnvSession.open(task, env, tester),
                     seed=None if seed is None else (seed * 1_000_003 + step * 10_007 + t_index * 101 + i) % (2**31),
                 )
             )
@@ -102,7 +110,8 @@ async def run_step(
     """Episodes for `tasks` x `group_size`, graded, with advantages, as a rollouts table.
     Sampling is seeded only when the agent's `sampling.seed` is set."""
     t0 = time.monotonic()
-    episodes = await agent.run_episodes(episode_requests(tasks, group_size, env, step, agent.cfg.sampling.seed))
+    requests = episode_requests(tasks, group_size, env, step, agent.cfg.sampling.seed, pool_tester(grader, cache))
+    episodes = await agent.run_episodes(requests)
     t1 = time.monotonic()
     by_id = {t.instance_id: t for t in tasks}
     grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in episodes])

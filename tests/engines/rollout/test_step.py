@@ -15,7 +15,10 @@ from engines.env.grader import GradingPool
 from engines.env.micro import generate_micro_tasks
 from engines.env.types import GradeResult
 from engines.inference.types import Episode
-from engines.rollout.step import GradeCache, episodes_table, grade_episodes, sample_step_tasks
+from engines.env.micro import oracle_action
+from engines.env.session import EnvSession
+from engines.protocol import render_action
+from engines.rollout.step import GradeCache, episodes_table, grade_episodes, pool_tester, sample_step_tasks
 from storage.schema import ROLLOUTS
 
 
@@ -51,6 +54,23 @@ def test_each_distinct_patch_is_graded_once(tasks):
         assert [r.resolved for r in results] == [True, True, False, True]
         again = cache.grade(pool, [(task, "")])
         assert pool.graded == 2 and again[0].resolved is False
+
+
+@pytest.mark.sandbox
+def test_test_tool_runs_in_the_pool_and_a_later_submit_is_a_cache_hit(tasks):
+    task = tasks[1]
+    f2p, p2p = len(task.FAIL_TO_PASS), len(task.PASS_TO_PASS)
+    with CountingPool(EnvConfig(workers=2)) as pool:
+        cache = GradeCache()
+        with EnvSession.open(task, pool.config, tester=pool_tester(pool, cache)) as session:
+            before = session.step("test").observation.split("\n")
+            assert before[0] == f"{p2p} passed, {f2p} failed"
+            assert before[1:] == [f"FAILED {t}" for t in sorted(task.FAIL_TO_PASS)][:4]
+            session.step(render_action(oracle_action(task)))
+            assert session.step("test").observation == f"{f2p + p2p} passed, 0 failed"
+            patch = session.patch()
+        assert pool.graded == 2
+        assert cache.grade(pool, [(task, patch)])[0].resolved and pool.graded == 2
 
 
 def _episode(task_id: str, group: str, i: int, infra: bool = False) -> Episode:
