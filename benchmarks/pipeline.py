@@ -14,6 +14,11 @@ the same tasks, batch and seeds, and give generation and training disjoint cores
                             its wait for the trainer; 2 for balanced stages
   overlap_efficiency      : async_speedup / overlap_limit (1: the trainer is hidden
                             entirely behind generation, or the reverse)
+  cpu_busy_k1 / _k0       : share of the machine's CPU time (all cores, all processes)
+                            that was busy during each run's RL loop
+  cpu_limit               : 1 / cpu_busy_k0, the speedup k = 1 would reach by filling
+                            every idle cycle the synchronous run left with the same work;
+                            overlap cannot beat it however the stages are balanced
   stage seconds           : mean generation, grading, weight update and training
                             time per step, to see which stage bounds the loop
   trained_steps_k1 / _k0  : optimizer steps that updated weights (a step whose groups
@@ -88,6 +93,9 @@ def main() -> None:
         "prefect_overhead_k0": k0["prefect overhead"],
         "overlap_limit": round(limit, 3),
         "overlap_efficiency": round(speedup / limit, 3),
+        "cpu_busy_k1": k1["cpu busy share"],
+        "cpu_busy_k0": k0["cpu busy share"],
+        "cpu_limit": round(1 / k0["cpu busy share"], 3),
         "rollout_s_per_step_k0": rollout_s,
         "trainer_wait_s_per_step_k0": trainer_s,
         "staleness_max_k1": k1["staleness_max"],

@@ -95,6 +95,7 @@ async def _summarize(config: RunConfig, store, evals: dict, wall_s: float) -> di
         # fresh-enough policy (the trainer's time that the staleness bound did not hide).
         summary["rollout s per step"] = round(sum(m["task_s"] - m["wait_s"] for m in done) / len(done), 2)
         summary["wait for trainer s per step"] = round(sum(m["wait_s"] for m in done) / len(done), 2)
+        summary["cpu busy share"] = evals["cpu_busy"]  # of all cores during the RL loop
     if steps:
         await publish_step_artifacts(config.run, steps)
     markdown = await publish_summary(config.run, store.display, summary)

@@ -10,6 +10,8 @@ import json
 import time
 from typing import Any
 
+import psutil
+
 from prefect import flow
 from prefect.concurrency.asyncio import concurrency
 from prefect.utilities.annotations import quote
@@ -37,12 +39,21 @@ async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
         rollout_runtime(config, store, train) as rt,
     ):
         before = await _evaluation(rt, store, config, heldout, "before")
-        loop_start = time.monotonic()
+        loop_start, cpu_start = time.monotonic(), psutil.cpu_times()
         steps = await _steps(rt, config)
         await load_final_policy(quote(rt), config.rl.steps)  # the trainer's last publication
         loop_s = time.monotonic() - loop_start
+        cpu_busy = busy_share(cpu_start, psutil.cpu_times())
         after = await _evaluation(rt, store, config, heldout, "after")
-    return {"before": before, "after": after, "steps": steps, "loop_s": loop_s}
+    return {"before": before, "after": after, "steps": steps, "loop_s": loop_s, "cpu_busy": cpu_busy}
+
+
+def busy_share(start, end) -> float:
+    """Share of the machine's CPU time (all cores, every process) that was busy between
+    two psutil.cpu_times() readings: how much idle capacity overlap could still use."""
+    idle = lambda t: t.idle + getattr(t, "iowait", 0.0)  # noqa: E731
+    total = sum(end) - sum(start)
+    return round(1 - (idle(end) - idle(start)) / total, 3) if total > 0 else 0.0
 
 
 async def _steps(rt: RolloutRuntime, config: RunConfig) -> list[dict]:
