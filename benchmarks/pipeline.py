@@ -95,7 +95,7 @@ def main() -> None:
         "overlap_efficiency": round(speedup / limit, 3),
         "cpu_busy_k1": k1["cpu busy share"],
         "cpu_busy_k0": k0["cpu busy share"],
-        "cpu_limit": round(1 / k0["cpu busy share"], 3),
+        "cpu_limit": round(1 / k0["cpu busy share"], 3) if k0["cpu busy share"] else None,
         "rollout_s_per_step_k0": rollout_s,
         "trainer_wait_s_per_step_k0": trainer_s,
         "staleness_max_k1": k1["staleness_max"],

@@ -48,10 +48,10 @@ async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
     return {"before": before, "after": after, "steps": steps, "loop_s": loop_s, "cpu_busy": cpu_busy}
 
 
-def busy_share(start, end) -> float:
+def busy_share(start: tuple[float, ...], end: tuple[float, ...]) -> float:
     """Share of the machine's CPU time (all cores, every process) that was busy between
     two psutil.cpu_times() readings: how much idle capacity overlap could still use."""
-    idle = lambda t: t.idle + getattr(t, "iowait", 0.0)  # noqa: E731
+    idle = lambda t: t.idle + getattr(t, "iowait", 0.0)  # noqa: E731 - iowait exists on Linux only
     total = sum(end) - sum(start)
     return round(1 - (idle(end) - idle(start)) / total, 3) if total > 0 else 0.0
 
