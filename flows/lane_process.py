@@ -15,6 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
+from engines.lifetime import exit_with_parent
 from engines.trainer.lane import LaneConfig
 
 
@@ -33,6 +34,7 @@ class TrainerProcess:
         # the trainer takes the highest ones, so generation and training never share.
         cores = sorted(os.sched_getaffinity(0))
         self.cores = cores[-threads:] if len(cores) > threads else cores
+        self.parent = os.getpid()
 
     async def run(self) -> None:
         """Run until the lane exits cleanly; restart it when it dies."""
@@ -50,6 +52,7 @@ class TrainerProcess:
 
     def _pin(self) -> None:  # runs in the child before exec
         os.sched_setaffinity(0, self.cores)
+        exit_with_parent(self.parent)  # a killed run leaves no trainer behind
 
     async def stop(self, grace_s: float = 20.0) -> None:
         proc = self.proc

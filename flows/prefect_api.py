@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import httpx
 from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from engines.lifetime import exit_with_parent
 
 
 def _free_port() -> int:
@@ -59,15 +62,21 @@ def prefect_api(home: str | Path | None = None, deadline_s: float = 90.0) -> Ite
         "PREFECT_SERVER_API_PORT": str(port),  # the UI points at 4200 without it
         "PREFECT_UI_API_URL": url,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        # Slot leases on disk, not in the server's memory: after a run killed together
+        # with its server, the next server still expires the dead lanes' leases and
+        # frees their slots (in memory they would be lost and the slots taken forever).
+        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
     }
     log = home / "server.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=functools.partial(exit_with_parent, os.getpid()),
         )
     # Stopped at interpreter exit: Prefect drains its log and event workers in its own
-    # exit handlers, registered after this one and so run before it.
+    # exit handlers, registered after this one and so run before it. A run killed by a
+    # signal skips those handlers; then the kernel stops the server (exit_with_parent).
     atexit.register(_stop, proc)
     saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL", "PREFECT_HOME")}
     try:

@@ -9,6 +9,7 @@ requests or update weights (`server_pool.py`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import socket
@@ -17,6 +18,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from engines.lifetime import exit_with_parent
 
 
 class ServerStartError(RuntimeError):
@@ -54,9 +57,11 @@ class LocalServer:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            # start_new_session: own process group, so stop() reaches the engine workers too.
+            # start_new_session: own process group, so stop() reaches the engine workers too;
+            # exit_with_parent: a killed run leaves no server behind.
             self.process = subprocess.Popen(
-                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=functools.partial(exit_with_parent, os.getpid()),
             )
 
     def alive(self) -> bool:
