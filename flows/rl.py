@@ -20,6 +20,7 @@ from prefect import flow
 from engines.staleness import StalenessError
 from engines.trainer.lane import LaneConfig
 from flows.artifacts import publish_step_artifacts, publish_summary
+from flows.comparison import heldout_comparison
 from flows.lane_process import TrainerProcess
 from flows.prefect_setup import ensure_limits
 from flows.rollout_lane import rollout_lane
@@ -73,22 +74,17 @@ async def _summarize(config: RunConfig, store, evals: dict, wall_s: float) -> di
     if staleness > config.rl.async_level:
         raise StalenessError(f"stored episodes are {staleness} versions stale, above async_level={config.rl.async_level}")
     before, after = evals["before"], evals["after"]
-    k = config.eval.samples
     summary = {
         "run": config.run,
         "steps": len(steps),
         "async_level": config.rl.async_level,
         "staleness_max": staleness,
-        "pass@1 before RL (warm start)": before["pass@1"],
-        "pass@1 after RL": after["pass@1"],
-        "pass@1 gain (points)": round(100 * (after["pass@1"] - before["pass@1"]), 1),
-        f"pass@{k} before": before[f"pass@{k}"],
-        f"pass@{k} after": after[f"pass@{k}"],
-        "held-out tasks": after["tasks"],
+        **heldout_comparison(before, after, config.eval.samples),
         "wall minutes": round(wall_s / 60, 1),
     }
     done = evals["steps"]  # the steps this invocation rolled out (all of them unless resumed)
     if done:
+        summary["rl loop s"] = round(evals["loop_s"], 1)
         summary["steps per hour"] = round(3600 * len(done) / evals["loop_s"], 1)
         summary["prefect overhead"] = round(sum(m["prefect_s"] for m in done) / sum(m["wall_s"] for m in done), 4)
         # Which stage bounds the loop: a rollout step's own work, and its wait for a

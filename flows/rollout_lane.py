@@ -86,5 +86,6 @@ async def _evaluation(rt: RolloutRuntime, store: Store, config: RunConfig, heldo
         return json.loads(store.fs.cat_file(store.path(path)))
     result = await evaluate_policy(quote(rt), quote(heldout), config.eval.samples, rt.pool.version)
     write_bytes_atomic(store, path, json.dumps(result).encode())
-    print(f"[eval] {name}: " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
+    shown = {k: v for k, v in result.items() if k != "solved"}  # the solved task ids are for paired tests
+    print(f"[eval] {name}: " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
     return result

@@ -9,6 +9,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from engines.env.micro import oracle_messages
+from engines.env.micro_demos import feedback_demonstrations
 from engines.env.types import Task
 from engines.model.tiny import TinyModelConfig, create_tiny_model
 from engines.protocol import render_messages
@@ -19,7 +20,11 @@ from storage.fs import Store
 
 
 @task(name="oracle-demonstrations", cache_policy=NO_CACHE)
-def demonstrations(tasks: list[Task]) -> list[list[dict[str, str]]]:
+def demonstrations(tasks: list[Task], edit_attempts: int, failed_share: float, seed: int) -> list[list[dict]]:
+    """Oracle episodes of the micro tasks in the run's protocol: plain edit then submit,
+    or under edit feedback a share of them with failed attempts first."""
+    if edit_attempts:
+        return feedback_demonstrations(tasks, edit_attempts, failed_share, seed)
     return [oracle_messages(t) for t in tasks]
 
 

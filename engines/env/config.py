@@ -41,6 +41,11 @@ class EnvConfig(BaseModel):
         "imported once and a fresh fork per run (warm_pytest.py): 5-10x faster targeted runs, same isolation.",
     )
     partial_credit: bool = Field(False, description="Reward = fraction of FAIL_TO_PASS passing when every PASS_TO_PASS passes; default is binary 'resolved'.")
+    edit_attempts: int = Field(
+        0, ge=0,
+        description="Edit feedback (engines/env/feedback.py): 0 = edits are plain; N > 0 = every edit runs the task's "
+        "tests at once, a failing edit is rolled back, and the episode ends when the tests pass or after N failing edits.",
+    )
     max_patch_bytes: int = Field(2_000_000, ge=1024, description="Patches larger than this are graded as failures without being applied (bytes).")
     observation_chars: int = Field(1200, ge=100, description="Longest tool observation returned to the agent (characters); micro tasks need a few hundred.")
     scratch_dir: str = Field(default_factory=lambda: os.environ.get("TANDEM_ENV_SCRATCH", "/tmp/tandem-env"), description="Where writable repository copies are made.")

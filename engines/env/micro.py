@@ -159,6 +159,15 @@ def _mutate(source: str, rng: random.Random) -> tuple[str, str, int] | None:
     return "\n".join(lines), kind, stmt.lineno
 
 
+def mutate_line(source: str, rng: random.Random) -> tuple[int, str] | None:
+    """One single-token mutation of `source` as (1-based line, new line text)."""
+    mutated = _mutate(source, rng)
+    if mutated is None:
+        return None
+    text, _, line = mutated
+    return line, text.split("\n")[line - 1]
+
+
 # ---- validation and task assembly -----------------------------------------------------
 
 @dataclass(frozen=True)
@@ -173,7 +182,8 @@ class _Case:
         return f"{self.name}({', '.join(map(repr, self.args))})"
 
 
-def _run(source: str) -> dict | None:
+def run_module(source: str) -> dict | None:
+    """Execute generator-made code in-process with a few builtins; None when it does not load."""
     namespace: dict = {"__builtins__": {"max": max, "min": min, "range": range, "abs": abs}}
     try:
         exec(compile(source, MODULE, "exec"), namespace)
@@ -190,7 +200,7 @@ def _call(namespace: dict, case: "_Case") -> tuple[bool, object]:
 
 
 def _make_cases(original: str, rng: random.Random) -> list[_Case] | None:
-    ns = _run(original)
+    ns = run_module(original)
     if ns is None:
         return None
     cases = []
@@ -216,7 +226,7 @@ def _failing_mutant(original: str, cases: list[_Case], rng: random.Random):
     mutated = _mutate(original, rng)
     if mutated is None:
         return None
-    ns = _run(mutated[0])
+    ns = run_module(mutated[0])
     if ns is None:
         return None  # import error: not a bug a test run could point at
     failing = []

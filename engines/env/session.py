@@ -18,10 +18,11 @@ Observations are short (config.observation_chars) for tiny context windows.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from engines.env.config import EnvConfig
+from engines.env.feedback import all_passed, attempt_observation, edit_echo, test_summary
 from engines.env.grader import node_args
 from engines.env.micro import numbered
 from engines.env.report import evaluate, frame_log
@@ -31,24 +32,20 @@ from engines.env.workspace import Workspace
 from engines.protocol import Action, InvalidAction, parse_action
 
 _VIEW_LINES = 60  # lines shown by a bare `view PATH`
-_FAILED_SHOWN = 4  # failing test ids listed by `test`
-_PASSING = ("PASSED", "XFAIL")
+
+class TestsUnavailable(RuntimeError):
+    """The harness could not run the tests (not the model's fault)."""
+
 
 # Runs a task's tests against a workspace's current state (the pool grades its diff).
 Tester = Callable[[Task, Workspace], GradeResult]
-
-
-def test_summary(statuses: Mapping[str, str]) -> str:
-    """What `test` shows: counts, then the first failing test ids (sorted)."""
-    failed = sorted(t for t, s in statuses.items() if s not in _PASSING)
-    head = f"{len(statuses) - len(failed)} passed, {len(failed)} failed"
-    return "\n".join([head, *(f"FAILED {t}" for t in failed[:_FAILED_SHOWN])])
 
 
 class EnvSession:
     def __init__(self, task: Task, config: EnvConfig, workspace: Workspace, tester: Tester | None = None):
         self.task, self.config, self.workspace, self.tester = task, config, workspace, tester
         self.done = False
+        self.attempts = 0  # edits tested under edit feedback
         self._runner: Runner | None = None
         self._lock = threading.Lock()
 
@@ -70,6 +67,9 @@ class EnvSession:
                 self.done = True
                 return StepResult("submitted", True)
             handler = getattr(self, f"_{action.tool}")
+            if action.tool in ("edit", "replace") and self.config.edit_attempts:
+                saved = self._saved(action.path)
+                return self._attempt(handler(action), saved)
             return StepResult(self._clip(handler(action)), False)
 
     def patch(self) -> str:
@@ -106,8 +106,7 @@ class EnvSession:
         new = action.body.split("\n") if action.body else []
         lines[action.line - 1 : action.line] = new
         self._write(action.path, lines)
-        shown = numbered("\n".join(new), action.line) if new else f"(line {action.line} deleted)"
-        return f"edited {action.path}\n{shown}"
+        return edit_echo(action.path, action.line, new)
 
     def _replace(self, action: Action) -> str:
         lines, error = self._read(action.path)
@@ -128,7 +127,31 @@ class EnvSession:
         return f"{run.output.rstrip()}\n({status})".lstrip()
 
     def _test(self, action: Action) -> str:
-        """Run the task's tests and summarise per test.
+        try:
+            statuses = self._statuses()
+        except TestsUnavailable as err:
+            return f"error: {err}"
+        return "tests timed out" if statuses is None else test_summary(statuses)
+
+    def _attempt(self, edited: str, saved: tuple[Path, bytes] | None) -> StepResult:
+        """Edit feedback (engines/env/feedback.py): the edit just made is tested, kept
+        when the tests pass (the episode ends) and rolled back when they fail. An edit
+        that did not apply is no attempt. The tests failing to run at all is the
+        harness's failure, raised so the episode is marked, not graded."""
+        if edited.startswith("error:") or saved is None:
+            return StepResult(self._clip(edited), False)
+        statuses = self._statuses()
+        if statuses is None:  # a timeout is the edit's fault (an endless loop, say)
+            statuses = {t: "TIMEOUT" for t in (*self.task.FAIL_TO_PASS, *self.task.PASS_TO_PASS)}
+        self.attempts += 1
+        passed = all_passed(statuses)
+        if not passed:
+            saved[0].write_bytes(saved[1])
+        self.done = passed or self.attempts >= self.config.edit_attempts
+        return StepResult(self._clip(attempt_observation(edited, statuses, self.attempts, self.config.edit_attempts)), self.done)
+
+    def _statuses(self) -> dict[str, str] | None:
+        """Per-test status of the current tree; None when the run timed out.
 
         With a tester and tests that live in the repository (no test_patch), every
         F2P and P2P test runs on the current diff in the tester's warm sandbox. Else a
@@ -137,18 +160,16 @@ class EnvSession:
         if self.tester is not None and not self.task.test_patch:
             result = self.tester(self.task, self.workspace)
             if result.infra_failure:
-                return f"error: {result.infra_message}"
-            if "timed out" in result.notes:
-                return "tests timed out"
-            return test_summary(result.report)
+                raise TestsUnavailable(result.infra_message)
+            return None if "timed out" in result.notes else dict(result.report)
         ids = list(self.task.FAIL_TO_PASS)
         cmd = " ".join([self.task.test_cmd, *node_args(ids)])
         run = self._sandbox().run(cmd, self.workspace.root)
         if not run.started:
-            return f"error: {run.infra_message}"
+            raise TestsUnavailable(run.infra_message)
         if run.timed_out:
-            return "tests timed out"
-        return test_summary(evaluate(frame_log(run.output, run.exit_code), self.task.log_parser, ids, []).statuses)
+            return None
+        return evaluate(frame_log(run.output, run.exit_code), self.task.log_parser, ids, []).statuses
 
     # ---- helpers --------------------------------------------------------------------
 
@@ -156,6 +177,11 @@ class EnvSession:
         if self._runner is None:
             self._runner = make_runner(self.config)
         return self._runner
+
+    def _saved(self, rel: str | None) -> tuple[Path, bytes] | None:
+        """A file's path and bytes before an edit, to roll a failing edit back."""
+        path = self.workspace.resolve(rel or "")
+        return (path, path.read_bytes()) if path is not None and path.is_file() else None
 
     def _read(self, rel: str | None) -> tuple[list[str], str]:
         path = self.workspace.resolve(rel or "")

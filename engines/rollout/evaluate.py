@@ -1,5 +1,9 @@
-"""Held-out evaluation: pass@1 (greedy) and pass@k (k samples at temperature 1),
-graded by the same sandboxed grader as training."""
+"""Held-out evaluation: pass@1 (greedy) and pass@k (k samples at the rollout
+temperature), graded by the same sandboxed grader as training, under the same
+episode protocol as training. Beside the headline it reports how the greedy
+episodes used edit feedback (first-attempt pass@1, mean attempts, retries that
+repeated a failed edit) and which tasks greedy solved, so two evaluations of the
+same tasks can be compared pairwise (engines/rollout/attempts.py: mcnemar_p)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
 from engines.env.types import Task
 from engines.inference.agent import AgentLoop
+from engines.rollout.attempts import attempt_stats
 from engines.rollout.step import GradeCache, episode_requests, grade_episodes, pool_tester
 
 
@@ -23,12 +28,17 @@ class EvalResult:
     k: int
     infra_failures: int
     infra_example: str = ""  # the first infrastructure failure's message, for diagnosis
+    first_attempt_pass_at_1: float = 0.0  # greedy, solved by its first edit
+    mean_attempts: float = 0.0  # greedy, edits tested per episode
+    retry_repeat_rate: float = 0.0  # greedy retries that repeated an edit that had failed
+    solved: tuple[str, ...] = ()  # task ids greedy solved (for paired comparisons)
 
-    def as_dict(self) -> dict[str, float | int | str]:
+    def as_dict(self) -> dict[str, float | int | str | list[str]]:
         return {"pass@1": self.pass_at_1, f"pass@{self.k}": self.pass_at_k,
-                "pass@1_sampled": self.pass_at_1_sampled, "tasks": self.tasks,
-                "version": self.version, "infra_failures": self.infra_failures,
-                "infra_example": self.infra_example}
+                "pass@1_sampled": self.pass_at_1_sampled, "first_attempt_pass@1": self.first_attempt_pass_at_1,
+                "mean_attempts": self.mean_attempts, "retry_repeat_rate": self.retry_repeat_rate,
+                "tasks": self.tasks, "version": self.version, "infra_failures": self.infra_failures,
+                "infra_example": self.infra_example, "solved": list(self.solved)}
 
 
 async def evaluate(
@@ -47,6 +57,8 @@ async def evaluate(
     for e, g in zip(s_eps, s_grades):
         solved_any[e.task_id] = solved_any.get(e.task_id, False) or g.resolved
     failed = [g for g in (*g_grades, *s_grades) if g.infra_failure]
+    stats = [attempt_stats(e.conversation, g.resolved) for e, g in zip(g_eps, g_grades)]
+    retries = sum(max(0, s.attempts - 1) for s in stats)
     return EvalResult(
         version=version,
         tasks=len(tasks),
@@ -56,4 +68,8 @@ async def evaluate(
         k=k,
         infra_failures=len(failed),
         infra_example=failed[0].infra_message[:500] if failed else "",
+        first_attempt_pass_at_1=sum(s.first_passed for s in stats) / len(tasks),
+        mean_attempts=sum(s.attempts for s in stats) / len(tasks),
+        retry_repeat_rate=sum(s.repeats for s in stats) / retries if retries else 0.0,
+        solved=tuple(e.task_id for e, g in zip(g_eps, g_grades) if g.resolved),
     )

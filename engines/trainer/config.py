@@ -24,12 +24,18 @@ class SFTConfig(BaseModel):
         None, gt=0, description="Stop after this many wall seconds (None: no time bound). Set this or max_steps."
     )
     warmup_steps: int = Field(10, ge=0, description="Linear learning-rate warm-up, in optimizer steps.")
+    schedule: Literal["constant", "cosine"] = Field(
+        "constant",
+        description="Learning rate after warm-up: constant, or a cosine decay to 10% of lr at max_steps (needs max_steps).",
+    )
     log_every: int = Field(10, ge=1, description="Print a progress line every this many steps.")
 
     @model_validator(mode="after")
     def _bounded(self) -> SFTConfig:
         if self.max_steps is None and self.max_seconds is None:
             raise ValueError("sft: set max_steps or max_seconds (or both) so training ends")
+        if self.schedule == "cosine" and self.max_steps is None:
+            raise ValueError("sft.schedule = 'cosine' decays to max_steps: set sft.max_steps, or use schedule = 'constant'")
         return self
 
 

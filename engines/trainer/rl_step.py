@@ -45,12 +45,22 @@ class Trainee:
     all_sum: Callable[[torch.Tensor], torch.Tensor] = field(default=lambda t: t)
 
 
-def make_optimizer(model: nn.Module, cfg: TrainerConfig, lr: float | None = None, warmup: int | None = None):
-    """AdamW plus linear warm-up then constant learning rate."""
+def make_optimizer(model: nn.Module, cfg: TrainerConfig, lr: float | None = None, warmup: int | None = None,
+                   decay_steps: int | None = None, final_lr_ratio: float = 0.1):
+    """AdamW plus linear warm-up, then a constant learning rate, or (with `decay_steps`)
+    a cosine decay to `final_lr_ratio` of the peak at step `decay_steps`."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr or cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     w = cfg.warmup_steps if warmup is None else warmup
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / (w + 1)) if w else 1.0)
-    return opt, sched
+
+    def factor(step: int) -> float:
+        if w and step < w:
+            return (step + 1) / (w + 1)
+        if not decay_steps:
+            return 1.0
+        progress = min(1.0, (step - w) / max(1, decay_steps - w))
+        return final_lr_ratio + (1 - final_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
 def split_for_ranks(episodes: list[Episode], world: int) -> list[list[Episode]]:

@@ -29,7 +29,8 @@ from engines.trainer.rl_step import clip_grad_norm, make_optimizer
 
 
 def conversation_episode(tokenizer, messages: list[dict[str, str]], where: str = "conversation") -> Episode:
-    """Token ids of a conversation with the loss on assistant content and its `<|end|>`."""
+    """Token ids of a conversation with the loss on assistant content and its `<|end|>`
+    (except assistant messages marked `"train": False`, e.g. a demonstration's failed attempt)."""
     ids: list[int] = []
     mask: list[bool] = []
     end = tokenizer.convert_tokens_to_ids(END)
@@ -39,7 +40,7 @@ def conversation_episode(tokenizer, messages: list[dict[str, str]], where: str =
             raise ValueError(f"{where}, message {i}: role {role!r} is not one of {sorted(ROLE_TOKEN)}")
         body = tokenizer.encode(m.get("content", ""), add_special_tokens=False) + [end]
         ids += [tokenizer.convert_tokens_to_ids(ROLE_TOKEN[role])] + body
-        mask += [False] + [role == "assistant"] * len(body)
+        mask += [False] + [role == "assistant" and m.get("train", True)] * len(body)
     if not any(mask):
         raise ValueError(f"{where} has no assistant message: nothing to learn from")
     a = np.asarray(ids, np.int64)
@@ -67,7 +68,8 @@ def mean_nll(model, episodes: list[Episode], seq_len: int) -> float:
 def sft_train(model, episodes: list[Episode], cfg: TrainerConfig, log=print) -> list[float]:
     """Train `model` in place; returns the loss of every step."""
     sft = cfg.sft
-    opt, sched = make_optimizer(model, cfg, lr=sft.lr, warmup=sft.warmup_steps)
+    decay = sft.max_steps if sft.schedule == "cosine" else None
+    opt, sched = make_optimizer(model, cfg, lr=sft.lr, warmup=sft.warmup_steps, decay_steps=decay)
     rng = random.Random(cfg.seed)
     order: list[int] = []
     losses: list[float] = []

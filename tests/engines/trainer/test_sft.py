@@ -67,3 +67,16 @@ def test_sft_on_oracle_demonstrations_lowers_held_out_loss(tiny_model_dir, tmp_p
     out = sft(str(tiny_model_dir), train, str(tmp_path / "sft"), cfg, log=lambda line: None)
     after = mean_nll(load_moe_causal_lm(out), eps, seq_len)
     assert after < 0.8 * before, (before, after)
+
+
+def test_messages_marked_not_to_train_are_masked(tiny_model_dir):
+    from engines.model.load import load_tokenizer
+    from engines.trainer.sft import conversation_episode
+
+    tok = load_tokenizer(tiny_model_dir)
+    wrong = {"role": "assistant", "content": "edit m.py 2\n    return a", "train": False}
+    right = {"role": "assistant", "content": "edit m.py 2\n    return b"}
+    user, tool = {"role": "user", "content": "fix m.py"}, {"role": "tool", "content": "reverted"}
+    with_failure = conversation_episode(tok, [user, wrong, tool, right])
+    plain = conversation_episode(tok, [user, right])
+    assert with_failure.loss_mask.sum() == plain.loss_mask.sum()  # only the fix (and its end token) is learned

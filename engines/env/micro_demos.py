@@ -1,0 +1,92 @@
+"""Demonstrations of the edit-feedback protocol on micro tasks, with failed attempts.
+
+An oracle episode under edit feedback (engines/env/feedback.py) is one edit that
+passes. A model trained only on those has never seen a failed attempt, and after
+its own first failure it has no idea what comes next (it tends to repeat itself).
+So a share of demonstrations starts with one or two plausible wrong edits: a
+single-token mutation of a line, like the bugs the generator injects, that still
+fails the tests; then the fix. The wrong attempts are masked from the loss
+(`"train": False`): the model learns what to do after a failure, never to make one.
+
+Observations are computed in-process, as the generator validates its tasks (the
+code is the generator's own; the sandboxed grader stays the judge of the model's
+patches), and rendered by the same functions as the session's, so a
+demonstration reads exactly like a live episode.
+"""
+
+from __future__ import annotations
+
+import random
+
+from engines.env.feedback import attempt_observation, edit_echo
+from engines.env.micro import MODULE, TEST_MODULE, mutate_line, run_module
+from engines.env.types import Task
+from engines.protocol import Action, render_action
+
+
+
+def local_statuses(task: Task, module_source: str) -> dict[str, str]:
+    """Status of each of the task's tests on `module_source`, computed in-process."""
+    ids = (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)
+    namespace = run_module(module_source)
+    if namespace is None:
+        return {t: "ERROR" for t in ids}
+    tests = task.meta()["files"][TEST_MODULE]
+    body = "\n".join(line for line in tests.split("\n") if not line.startswith("from "))
+    exec(compile(body, TEST_MODULE, "exec"), namespace)
+    statuses = {}
+    for test_id in ids:
+        try:
+            namespace[test_id.split("::")[1]]()
+            statuses[test_id] = "PASSED"
+        except Exception:
+            statuses[test_id] = "FAILED"
+    return statuses
+
+
+def wrong_edits(task: Task, rng: random.Random, count: int) -> list[tuple[int, str]]:
+    """Up to `count` distinct (line, new text) single-token edits that fail the tests."""
+    buggy = task.meta()["files"][MODULE].rstrip("\n")
+    lines = buggy.split("\n")
+    fix = (task.meta()["line"], task.meta()["fixed_line"])
+    found: list[tuple[int, str]] = []
+    for _ in range(20 * count):
+        if len(found) == count:
+            break
+        mutated = mutate_line(buggy, rng)
+        if mutated is None or mutated in found or mutated == fix:
+            continue
+        line, text = mutated
+        source = "\n".join(lines[: line - 1] + [text] + lines[line:])
+        statuses = local_statuses(task, source)
+        if not all(s == "PASSED" for s in statuses.values()):
+            found.append(mutated)
+    return found
+
+
+def feedback_messages(task: Task, max_attempts: int, wrong: list[tuple[int, str]]) -> list[dict]:
+    """An edit-feedback episode: the `wrong` attempts (masked from the loss), then the fix."""
+    buggy = task.meta()["files"][MODULE].rstrip("\n")
+    lines = buggy.split("\n")
+    messages: list[dict] = [{"role": "user", "content": task.problem_statement}]
+    for attempt, (line, text) in enumerate(wrong[: max_attempts - 1], 1):
+        source = "\n".join(lines[: line - 1] + [text] + lines[line:])
+        observation = attempt_observation(edit_echo(MODULE, line, [text]), local_statuses(task, source), attempt, max_attempts)
+        edit = Action("edit", path=MODULE, line=line, body=text)
+        messages += [{"role": "assistant", "content": render_action(edit), "train": False},
+                     {"role": "tool", "content": observation}]
+    fix = Action("edit", path=MODULE, line=task.meta()["line"], body=task.meta()["fixed_line"])
+    messages.append({"role": "assistant", "content": render_action(fix)})
+    return messages
+
+
+def feedback_demonstrations(tasks: list[Task], max_attempts: int, failed_share: float, seed: int) -> list[list[dict]]:
+    """One demonstration per task; `failed_share` of them show one or two failed attempts first."""
+    rng = random.Random(seed)
+    demos = []
+    for task in tasks:
+        failures = 0
+        if max_attempts > 1 and rng.random() < failed_share:
+            failures = rng.randint(1, min(2, max_attempts - 1))
+        demos.append(feedback_messages(task, max_attempts, wrong_edits(task, rng, failures) if failures else []))
+    return demos

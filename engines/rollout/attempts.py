@@ -1,0 +1,64 @@
+"""What an edit-feedback episode did, read back from its conversation text.
+
+Under edit feedback (engines/env/feedback.py) every failing edit is followed by an
+observation that ends in `reverted (attempt i of N)`; a passing edit ends the
+episode, so it has no observation and shows only as the episode being resolved.
+From the text alone (so it works on stored trajectories too) this recovers the
+number of attempts, whether the first one passed, and how often a retry repeated
+an edit that had already failed: the behaviours the evaluation reports beside
+pass@1.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from engines.protocol import ASSISTANT, END, TOOL, parse_action
+
+_REVERTED = re.compile(r"\nreverted \(attempt \d+ of \d+\)$")
+_TURN = re.compile(re.escape(ASSISTANT) + r"(.*?)" + re.escape(END) + r"(?:" + re.escape(TOOL) + r"(.*?)" + re.escape(END) + ")?", re.S)
+
+
+@dataclass(frozen=True)
+class AttemptStats:
+    attempts: int  # edits tested (failed ones plus the passing one)
+    first_passed: bool
+    repeats: int  # attempts identical to an earlier failed attempt
+
+
+def attempt_stats(conversation: str, resolved: bool) -> AttemptStats:
+    """Attempts of one episode from its decoded conversation and its grade."""
+    failed: list[tuple] = []
+    repeats = 0
+    last_edit: tuple | None = None
+    for action_text, observation in _TURN.findall(conversation):
+        action = parse_action(action_text)
+        if getattr(action, "tool", None) not in ("edit", "replace"):
+            continue
+        key = (action.tool, action.path, action.line, action.body, action.old, action.new)
+        if observation and _REVERTED.search(observation):
+            repeats += key in failed
+            failed.append(key)
+        elif not observation:
+            last_edit = key  # the episode's last turn: the passing attempt when resolved
+    if resolved and last_edit is not None:
+        repeats += last_edit in failed  # cannot happen for a deterministic test, kept for clarity
+        return AttemptStats(len(failed) + 1, not failed, repeats)
+    return AttemptStats(len(failed), False, repeats)
+
+
+def mcnemar_p(before: list[bool], after: list[bool]) -> float:
+    """Exact two-sided McNemar test of paired outcomes (same tasks before and after):
+    only the discordant pairs count, and under no change each way is a fair coin."""
+    if len(before) != len(after):
+        raise ValueError(f"mcnemar_p: {len(before)} outcomes before, {len(after)} after; pair the same tasks")
+    b = sum(x and not y for x, y in zip(before, after))
+    c = sum(y and not x for x, y in zip(before, after))
+    n = b + c
+    if n == 0:
+        return 1.0
+    from math import comb
+
+    tail = sum(comb(n, i) for i in range(0, min(b, c) + 1)) / 2**n
+    return min(1.0, 2 * tail)

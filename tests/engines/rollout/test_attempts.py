@@ -1,0 +1,51 @@
+"""Attempt statistics read from conversations, and the paired McNemar test."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from engines.protocol import render_messages
+from engines.rollout.attempts import attempt_stats, mcnemar_p
+
+
+def _conversation(turns: list[tuple[str, str | None]]) -> str:
+    messages = [{"role": "user", "content": "m.py\n1 def f(a, b):"}]
+    for action, observation in turns:
+        messages.append({"role": "assistant", "content": action})
+        if observation is not None:
+            messages.append({"role": "tool", "content": observation})
+    return render_messages(messages)
+
+
+FAIL = "edited m.py\n2     return a\n1 passed, 1 failed\nFAILED test_m.py::test_f_0\nreverted (attempt {} of 3)"
+
+
+def test_first_attempt_success():
+    stats = attempt_stats(_conversation([("edit m.py 2\n    return b", None)]), resolved=True)
+    assert (stats.attempts, stats.first_passed, stats.repeats) == (1, True, 0)
+
+
+def test_a_retry_that_repeats_a_failed_edit_is_counted():
+    turns = [("edit m.py 2\n    return a", FAIL.format(1)), ("edit m.py 2\n    return a", FAIL.format(2)),
+             ("edit m.py 2\n    return b", None)]
+    stats = attempt_stats(_conversation(turns), resolved=True)
+    assert (stats.attempts, stats.first_passed, stats.repeats) == (3, False, 1)
+
+
+def test_unresolved_episode_counts_only_tested_edits():
+    turns = [("view m.py", "1 def f(a, b):"), ("edit m.py 2\n    return a", FAIL.format(1)), ("submit", None)]
+    stats = attempt_stats(_conversation(turns), resolved=False)
+    assert (stats.attempts, stats.first_passed, stats.repeats) == (1, False, 0)
+
+
+def test_mcnemar_matches_the_binomial_formula():
+    before = [True] * 10 + [False] * 20 + [True] * 5
+    after = [False] * 10 + [True] * 20 + [True] * 5  # 10 lost, 20 gained, 5 kept
+    expected = 2 * sum(math.comb(30, i) for i in range(11)) / 2**30
+    assert mcnemar_p(before, after) == pytest.approx(expected)
+    assert mcnemar_p(before, before) == 1.0
+    assert mcnemar_p([False] * 12, [True] * 12) == pytest.approx(2 / 2**12)
+    with pytest.raises(ValueError, match="pair the same tasks"):
+        mcnemar_p([True], [True, False])
