@@ -39,6 +39,7 @@ from flows.run_config import RunConfig
 from flows.runtime import work_dir
 from storage import checkpoints
 from storage.fs import open_store
+from storage.query import connect
 
 _FRESH_SEED_OFFSET = 1000  # train tasks use seed, held-out seed + 1: fresh ones use neither
 _FRESH_TASKS = 8000
@@ -56,6 +57,15 @@ def continued_sft(config: RunConfig, v0: str, seconds: float, out: Path) -> Path
     return sft(str(local_model_dir(v0)), demos, str(out), trainer)
 
 
+def rl_wall_seconds(store, run: str) -> float:
+    """The RL loop's wall time from the lake: first episode started to last weights
+    published (so a resumed or reused run is timed as it ran)."""
+    lake = connect(store, run)
+    start = lake.sql("SELECT min(started_at) FROM rollouts").fetchall()[0][0]
+    end = lake.sql("SELECT max(created_at) FROM checkpoints").fetchall()[0][0]
+    return (end - start).total_seconds()
+
+
 def paired_p(before: dict, after: dict) -> float:
     ids = sorted(set(before["solved"]) | set(after["solved"]))
     return mcnemar_p([i in before["solved"] for i in ids], [i in after["solved"] for i in ids])
@@ -64,7 +74,8 @@ def paired_p(before: dict, after: dict) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="tasks.seed and rl.seed of the run")
-    parser.add_argument("--root", help="lake root (default: a new temporary folder)")
+    parser.add_argument("--root", help="working folder (default: a new temporary one); a finished RL run already "
+                        "there is reused as arm (a), timed from its lake")
     parser.add_argument("--run-args", nargs=argparse.REMAINDER, default=[],
                         help="overrides for the RL run, as for `tandem run` (e.g. --rl.steps 40)")
     args = parser.parse_args()
@@ -73,11 +84,11 @@ def main() -> None:
                  "--tasks.seed", str(args.seed), "--rl.seed", str(args.seed), *args.run_args]
     config = load_config(RunConfig, None, overrides)
     with prefect_api(root / "prefect"):
-        summary = asyncio.run(rl(config))
+        asyncio.run(rl(config))
         store = open_store(config.storage)
         evals = {name: json.loads(store.fs.cat_file(store.path(f"{config.run}/evals/{name}.json")))
                  for name in ("before", "after")}
-        rl_seconds = summary["rl loop s"]
+        rl_seconds = rl_wall_seconds(store, config.run)
         v0 = checkpoints.get(store, config.run, 0).uri
         start = time.monotonic()
         sft_dir = continued_sft(config, v0, rl_seconds, root / "sft-continued")

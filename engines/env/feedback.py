@@ -2,8 +2,6 @@
 
 With `EnvConfig.edit_attempts = N > 0`, an `edit` (or `replace`) is an attempt:
 
-    edited m.py                 | edited m.py
-    7     return a - b          | 7     return a + b
     3 passed, 1 failed          | 4 passed, 0 failed
     FAILED test_m.py::test_f_0  | (the episode ends: the tests pass)
     reverted (attempt 1 of 3)   |
@@ -43,9 +41,10 @@ def all_passed(statuses: Mapping[str, str]) -> bool:
     return bool(statuses) and all(s in _PASSING for s in statuses.values())
 
 
-def attempt_observation(edited: str, statuses: Mapping[str, str], attempt: int, max_attempts: int) -> str:
-    """The observation of one attempt: the edit's echo, the tests, and the rollback."""
-    text = f"{edited}\n{test_summary(statuses)}"
+def attempt_observation(statuses: Mapping[str, str], attempt: int, max_attempts: int) -> str:
+    """The observation of one attempt: the tests, and the rollback. The edit is not
+    echoed: the model has just written it, and every token counts in a tiny context."""
+    text = test_summary(statuses)
     if all_passed(statuses):
         return text
     return f"{text}\nreverted (attempt {attempt} of {max_attempts})"

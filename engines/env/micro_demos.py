@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 
-from engines.env.feedback import attempt_observation, edit_echo
+from engines.env.feedback import attempt_observation
 from engines.env.micro import MODULE, TEST_MODULE, mutate_line, run_module
 from engines.env.types import Task
 from engines.protocol import Action, render_action
@@ -71,7 +71,7 @@ def feedback_messages(task: Task, max_attempts: int, wrong: list[tuple[int, str]
     messages: list[dict] = [{"role": "user", "content": task.problem_statement}]
     for attempt, (line, text) in enumerate(wrong[: max_attempts - 1], 1):
         source = "\n".join(lines[: line - 1] + [text] + lines[line:])
-        observation = attempt_observation(edit_echo(MODULE, line, [text]), local_statuses(task, source), attempt, max_attempts)
+        observation = attempt_observation(local_statuses(task, source), attempt, max_attempts)
         edit = Action("edit", path=MODULE, line=line, body=text)
         messages += [{"role": "assistant", "content": render_action(edit), "train": False},
                      {"role": "tool", "content": observation}]

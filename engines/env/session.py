@@ -148,7 +148,7 @@ class EnvSession:
         if not passed:
             saved[0].write_bytes(saved[1])
         self.done = passed or self.attempts >= self.config.edit_attempts
-        return StepResult(self._clip(attempt_observation(edited, statuses, self.attempts, self.config.edit_attempts)), self.done)
+        return StepResult(self._clip(attempt_observation(statuses, self.attempts, self.config.edit_attempts)), self.done)
 
     def _statuses(self) -> dict[str, str] | None:
         """Per-test status of the current tree; None when the run timed out.

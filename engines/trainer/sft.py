@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -65,13 +66,27 @@ def mean_nll(model, episodes: list[Episode], seq_len: int) -> float:
     return total / max(1, count)
 
 
+def length_grouped_batches(lengths: list[int], batch_size: int, rng: random.Random, window: int = 32) -> Iterator[list[int]]:
+    """Endless batches of indices: reshuffled epochs, and within each window of
+    `window` batches the conversations sorted by length before they are cut into
+    batches (whose order is then shuffled). Rows of similar length pad little: about
+    1.5x fewer tokens per step on the micro demonstrations, whose lengths vary 2x."""
+    while True:
+        order = list(range(len(lengths)))
+        rng.shuffle(order)
+        for w in range(0, len(order), window * batch_size):
+            chunk = sorted(order[w : w + window * batch_size], key=lengths.__getitem__)
+            cut = [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+            rng.shuffle(cut)
+            yield from (b for b in cut if len(b) == batch_size or len(lengths) < batch_size)
+
+
 def sft_train(model, episodes: list[Episode], cfg: TrainerConfig, log=print) -> list[float]:
     """Train `model` in place; returns the loss of every step."""
     sft = cfg.sft
     decay = sft.max_steps if sft.schedule == "cosine" else None
     opt, sched = make_optimizer(model, cfg, lr=sft.lr, warmup=sft.warmup_steps, decay_steps=decay)
-    rng = random.Random(cfg.seed)
-    order: list[int] = []
+    batches = length_grouped_batches([len(e) for e in episodes], sft.batch_size, random.Random(cfg.seed))
     losses: list[float] = []
     start = time.monotonic()
     step = 0
@@ -79,12 +94,7 @@ def sft_train(model, episodes: list[Episode], cfg: TrainerConfig, log=print) -> 
     while (sft.max_steps is None or step < sft.max_steps) and (
         sft.max_seconds is None or time.monotonic() - start < sft.max_seconds
     ):
-        if len(order) < sft.batch_size:  # reshuffled epochs
-            more = list(range(len(episodes)))
-            rng.shuffle(more)
-            order += more
-        picked, order = order[: sft.batch_size], order[sft.batch_size :]
-        batch = make_batch([episodes[i] for i in picked], cfg.seq_len, cfg.packing)
+        batch = make_batch([episodes[i] for i in next(batches)], cfg.seq_len, cfg.packing)
         loss_sum, n = nll_sum(model, batch)
         loss = loss_sum / n
         if not torch.isfinite(loss):

@@ -19,7 +19,7 @@ def _conversation(turns: list[tuple[str, str | None]]) -> str:
     return render_messages(messages)
 
 
-FAIL = "edited m.py\n2     return a\n1 passed, 1 failed\nFAILED test_m.py::test_f_0\nreverted (attempt {} of 3)"
+FAIL = "1 passed, 1 failed\nFAILED test_m.py::test_f_0\nreverted (attempt {} of 3)"
 
 
 def test_first_attempt_success():

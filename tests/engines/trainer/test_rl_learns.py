@@ -9,6 +9,10 @@ of the target set. A sign error anywhere in that chain makes it fall.
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -21,6 +25,10 @@ from engines.trainer.router_replay import RouterReplay
 from storage.schema import conform
 
 PROMPT = [7, 21, 35, 49, 63, 77]
+# The golden curve: this seeded run's per-step reward and loss. A change that should
+# not move the numbers (a refactor, a move between files) must reproduce them;
+# one that should (a new loss) rewrites them with TANDEM_UPDATE_GOLDEN=1 and says why.
+GOLDEN = Path(__file__).parents[2] / "assets" / "golden" / "rl_bandit_curve.json"
 
 
 def _target_mass(model, target: torch.Tensor) -> float:
@@ -62,14 +70,28 @@ def test_on_policy_steps_raise_the_rewarded_tokens_probability(tiny_model):
     cfg = TrainerConfig(lr=3e-3, seq_len=16, micro_batch_rows=64)
     trainee = ddp_trainee(tiny_model, cfg, make_accelerator())
     before = _target_mass(trainee.module, target)
-    rewards = []
+    rewards, losses = [], []
     for step in range(12):
         episodes = _sample_step(trainee.module, target, step)
         rewards.append(float(np.mean(episodes.column("reward").to_numpy())))
         metrics = rl_step(trainee, episodes, cfg)
+        losses.append(metrics["loss"])
         assert metrics["mismatch_kl"] < 1e-4  # fresh samples: trainer and "inference" agree
     after = _target_mass(trainee.module, target)
     trainee.replay.close()
     assert 0.05 < before < 0.2, before
     assert after > 3 * before, (before, after, rewards)
     assert np.mean(rewards[-3:]) > np.mean(rewards[:3]) + 0.2, rewards
+    _check_golden({"reward": rewards, "loss": losses})
+
+
+def _check_golden(curve: dict[str, list[float]]) -> None:
+    if os.environ.get("TANDEM_UPDATE_GOLDEN") == "1":
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(json.dumps(curve, indent=1) + "\n")
+    golden = json.loads(GOLDEN.read_text())
+    # Rewards are means of 64 seeded samples: a float change in the 7th digit may flip
+    # one sample (1/64). Losses are compared relative to their scale over the run.
+    np.testing.assert_allclose(curve["reward"], golden["reward"], atol=1.5 / 64)
+    scale = max(abs(x) for x in golden["loss"])
+    np.testing.assert_allclose(curve["loss"], golden["loss"], atol=1e-3 * scale)

@@ -80,3 +80,20 @@ def test_messages_marked_not_to_train_are_masked(tiny_model_dir):
     with_failure = conversation_episode(tok, [user, wrong, tool, right])
     plain = conversation_episode(tok, [user, right])
     assert with_failure.loss_mask.sum() == plain.loss_mask.sum()  # only the fix (and its end token) is learned
+
+
+def test_length_grouped_batches_cover_each_epoch_once_and_pad_less():
+    import itertools
+    import random
+
+    from engines.trainer.sft import length_grouped_batches
+
+    rng = random.Random(0)
+    lengths = [rng.randint(100, 300) for _ in range(640)]
+    batches = list(itertools.islice(length_grouped_batches(lengths, 32, random.Random(1), window=8), 20))
+    assert sorted(i for b in batches for i in b) == list(range(640))  # one epoch: every conversation once
+    padded = sum(32 * max(lengths[i] for i in b) for b in batches)
+    shuffled = list(range(640))
+    random.Random(1).shuffle(shuffled)
+    plain = sum(32 * max(lengths[i] for i in shuffled[k : k + 32]) for k in range(0, 640, 32))
+    assert padded < 0.8 * plain
