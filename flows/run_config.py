@@ -132,7 +132,9 @@ class RunSFTConfig(SFTConfig):
 
     max_steps: int | None = Field(800, ge=1, description="Optimizer steps of the warm start (about 7 minutes on 2 cores; "
                                   "held-out pass@1 9% after 800 steps, 5.5% after 400).")
-    max_seconds: float | None = Field(900, gt=0, description="Safety bound on the warm start's wall time (s).")
+    max_seconds: float | None = Field(
+        2400, gt=0, description="Safety bound on the warm start's wall time (s); max_steps is what ends it on an idle machine.",
+    )
     schedule: Literal["constant", "cosine"] = Field("cosine", description="Cosine decay to 10% of lr at max_steps.")
     failed_attempt_share: float = Field(
         0.5, ge=0, le=1,

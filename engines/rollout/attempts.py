@@ -28,7 +28,10 @@ class AttemptStats:
 
 
 def attempt_stats(conversation: str, resolved: bool) -> AttemptStats:
-    """Attempts of one episode from its decoded conversation and its grade."""
+    """Attempts of one episode from its decoded conversation and its grade.
+
+    The agent loop appends no observation after the turn that ends an episode, so
+    the last edit of an episode shows only as that turn."""
     failed: list[tuple] = []
     repeats = 0
     last_edit: tuple | None = None
@@ -41,11 +44,13 @@ def attempt_stats(conversation: str, resolved: bool) -> AttemptStats:
             repeats += key in failed
             failed.append(key)
         elif not observation:
-            last_edit = key  # the episode's last turn: the passing attempt when resolved
-    if resolved and last_edit is not None:
-        repeats += last_edit in failed  # cannot happen for a deterministic test, kept for clarity
-        return AttemptStats(len(failed) + 1, not failed, repeats)
-    return AttemptStats(len(failed), False, repeats)
+            last_edit = key
+    if last_edit is None:
+        return AttemptStats(len(failed), False, repeats)
+    # An edit with no observation after it ended the episode: it was tested, and it
+    # passed (resolved) or was the last attempt allowed.
+    repeats += last_edit in failed
+    return AttemptStats(len(failed) + 1, resolved and not failed, repeats)
 
 
 def mcnemar_p(before: list[bool], after: list[bool]) -> float:

@@ -40,6 +40,13 @@ def test_unresolved_episode_counts_only_tested_edits():
     assert (stats.attempts, stats.first_passed, stats.repeats) == (1, False, 0)
 
 
+def test_the_last_allowed_attempt_has_no_observation_and_still_counts():
+    turns = [("edit m.py 2\n    return a", FAIL.format(1)), ("edit m.py 3\n    return a", FAIL.format(2)),
+             ("edit m.py 2\n    return a", None)]
+    stats = attempt_stats(_conversation(turns), resolved=False)
+    assert (stats.attempts, stats.first_passed, stats.repeats) == (3, False, 1)
+
+
 def test_mcnemar_matches_the_binomial_formula():
     before = [True] * 10 + [False] * 20 + [True] * 5
     after = [False] * 10 + [True] * 20 + [True] * 5  # 10 lost, 20 gained, 5 kept

@@ -70,19 +70,21 @@ def test_on_policy_steps_raise_the_rewarded_tokens_probability(tiny_model):
     cfg = TrainerConfig(lr=3e-3, seq_len=16, micro_batch_rows=64)
     trainee = ddp_trainee(tiny_model, cfg, make_accelerator())
     before = _target_mass(trainee.module, target)
-    rewards, losses = [], []
+    rewards, losses, grad_norms, entropies = [], [], [], []
     for step in range(12):
         episodes = _sample_step(trainee.module, target, step)
         rewards.append(float(np.mean(episodes.column("reward").to_numpy())))
         metrics = rl_step(trainee, episodes, cfg)
         losses.append(metrics["loss"])
+        grad_norms.append(metrics["grad_norm"])
+        entropies.append(metrics["entropy"])
         assert metrics["mismatch_kl"] < 1e-4  # fresh samples: trainer and "inference" agree
     after = _target_mass(trainee.module, target)
     trainee.replay.close()
     assert 0.05 < before < 0.2, before
     assert after > 3 * before, (before, after, rewards)
     assert np.mean(rewards[-3:]) > np.mean(rewards[:3]) + 0.2, rewards
-    _check_golden({"reward": rewards, "loss": losses})
+    _check_golden({"reward": rewards, "loss": losses, "grad_norm": grad_norms, "entropy": entropies})
 
 
 def _check_golden(curve: dict[str, list[float]]) -> None:
@@ -91,7 +93,10 @@ def _check_golden(curve: dict[str, list[float]]) -> None:
         GOLDEN.write_text(json.dumps(curve, indent=1) + "\n")
     golden = json.loads(GOLDEN.read_text())
     # Rewards are means of 64 seeded samples: a float change in the 7th digit may flip
-    # one sample (1/64). Losses are compared relative to their scale over the run.
+    # one sample (1/64). On-policy the loss is zero up to rounding (the advantages of a
+    # group sum to zero and the ratio is 1), so it is held to an absolute bound; its
+    # gradient norm and the entropy carry the update and are held to 0.1%.
     np.testing.assert_allclose(curve["reward"], golden["reward"], atol=1.5 / 64)
-    scale = max(abs(x) for x in golden["loss"])
-    np.testing.assert_allclose(curve["loss"], golden["loss"], atol=1e-3 * scale)
+    np.testing.assert_allclose(curve["loss"], golden["loss"], atol=1e-6)
+    np.testing.assert_allclose(curve["grad_norm"], golden["grad_norm"], rtol=1e-3)
+    np.testing.assert_allclose(curve["entropy"], golden["entropy"], rtol=1e-3)
