@@ -92,12 +92,14 @@ async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group
                             async_level, std_scale)
     uri = await asyncio.to_thread(shards.write_shard, rt.store, rt.run, step, "final", result.table)
     t = result.table
-    rewards = [r for r in t.column("reward").to_pylist() if r == r]  # NaN: infra failures
+    graded = [not f for f in t.column("infra_failure").to_pylist()]  # infra failures say nothing about the policy
+    rewards = [r for r, g in zip(t.column("reward").to_pylist(), graded) if g]
+    resolved = [r for r, g in zip(t.column("resolved").to_pylist(), graded) if g]
     return {
         "uri": uri,
         "episodes": t.num_rows,
         "reward_mean": sum(rewards) / max(1, len(rewards)),
-        "pass_rate": sum(t.column("resolved").to_pylist()) / max(1, t.num_rows),
+        "pass_rate": sum(resolved) / max(1, len(resolved)),
         "completion_tokens": sum(t.column("num_completion_tokens").to_pylist()),
         "infra_failures": sum(t.column("infra_failure").to_pylist()),
         "staleness_max": result.staleness_max,
