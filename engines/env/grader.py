@@ -37,7 +37,7 @@ from engines.env.config import EnvConfig
 from engines.env.errors import EnvError, TaskError
 from engines.env.patches import filter_patch, is_allowed
 from engines.env.report import evaluate, frame_log
-from engines.env.sandbox import BwrapRunner, Runner, RunResult, make_runner
+from engines.env.sandbox import BwrapRunner, Runner, RunResult, check_caps, make_runner
 from engines.env.types import GradeResult, Task
 from engines.env.warm_pytest import WarmPytest, pytest_args
 from engines.env.workspace import Workspace, base_files
@@ -123,6 +123,8 @@ class GradingPool:
 
     def __init__(self, config: EnvConfig, workers: int | None = None, runner: Runner | None = None):
         self.config = config
+        if config.backend == "bwrap":
+            check_caps(config)  # sandboxed grading without memory and process caps only when opted out
         self.runner = runner or make_runner(config)
         self.workers = workers or config.worker_count()
         os.makedirs(config.scratch_dir, exist_ok=True)
