@@ -22,6 +22,7 @@ from engines.rollout.evaluate import EvalResult, evaluate
 from engines.rollout.step import GradeCache, run_step, sample_step_tasks
 from engines.staleness import version_to_use
 from storage import checkpoints, shards
+from storage.retention import apply_retention
 from storage.fs import Store
 
 
@@ -110,6 +111,13 @@ async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group
         "weight_update_s": update_s,
         "task_s": time.monotonic() - start,
     }
+
+
+@task(name="retain-weights", cache_policy=NO_CACHE)
+async def retain_weights(rt: RolloutRuntime, keep_last: int, milestone_every: int) -> list[int]:
+    """Delete the weight versions the retention policy does not keep; never the one the
+    servers serve (a server that dies is restarted on it)."""
+    return await asyncio.to_thread(apply_retention, rt.store, rt.run, keep_last, milestone_every, {rt.pool.version})
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)
