@@ -38,6 +38,7 @@ class RolloutRuntime:
     grader: GradingPool
     env: EnvConfig
     train_tasks: list[Task]
+    started_from: int = 0  # the version whose directory the servers start (and restart) from
     cache: GradeCache = field(default_factory=GradeCache)
 
 
@@ -116,8 +117,10 @@ async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group
 @task(name="retain-weights", cache_policy=NO_CACHE)
 async def retain_weights(rt: RolloutRuntime, keep_last: int, milestone_every: int) -> list[int]:
     """Delete the weight versions the retention policy does not keep; never the one the
-    servers serve (a server that dies is restarted on it)."""
-    return await asyncio.to_thread(apply_retention, rt.store, rt.run, keep_last, milestone_every, {rt.pool.version})
+    servers serve, nor the one they were started from (a server that dies is restarted
+    from that directory, then brought up to the served one)."""
+    in_use = {rt.pool.version, rt.started_from}
+    return await asyncio.to_thread(apply_retention, rt.store, rt.run, keep_last, milestone_every, in_use)
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)

@@ -135,12 +135,15 @@ def faulted_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
         # 3. The rollout lane (the run's process, and with it the whole run) in the middle of a step.
         def mid_step() -> int | None:
             done = [s for s in range(STEPS) if shards.shard_exists(store, RUN, s, "final")]
-            return len(done) if 0 < len(done) < STEPS - 1 else None
+            return len(done) if 0 < len(done) < STEPS else None
         seen["killed_in_step"] = _until("a step in progress", mid_step, 600, proc)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
         seen["shards_before_rerun"] = [s for s in range(STEPS) if shards.shard_exists(store, RUN, s, "final")]
-        _until("the killed run's processes gone", lambda: _vllm_server(root) is None or None, 60, subprocess.Popen(["sleep", "60"]))
+        gone = time.monotonic() + 60
+        while _vllm_server(root) is not None:  # its server follows it (parent-death signal)
+            assert time.monotonic() < gone, "the killed run's vLLM server outlived it"
+            time.sleep(0.5)
 
         # The same command again: resumes by name.
         proc = _start(config, log, env)
@@ -185,4 +188,5 @@ def test_a_killed_run_resumes_by_name_with_every_shard_once_and_staleness_within
 
 def test_retention_kept_the_newest_and_the_milestones(faulted_run: dict) -> None:
     versions = checkpoints.list_versions(faulted_run["store"], RUN)
-    assert versions == [0, 3, STEPS - 1, STEPS] or versions == [0, 3, STEPS], versions
+    # Milestones 0 and 3, the newest two (3 and 4), and at most the one the re-run's server started from.
+    assert {0, 3, STEPS} <= set(versions) and len(set(versions) - {0, 3, STEPS}) <= 1, versions
