@@ -2,8 +2,8 @@
 
 With PREFECT_API_URL set, the run reports to that server. Without it, one local
 `prefect server start` is launched for the run (loopback, a persistent
-PREFECT_HOME under the cache, so the UI keeps its history) and shared by every
-process of the run: the rollout lane and the trainer lane are separate processes,
+PREFECT_HOME under the cache, so the UI keeps its history), restarted on the same
+port if it dies mid-run, and shared by every process of the run: the rollout lane and the trainer lane are separate processes,
 and Prefect's per-process temporary server would split them into two databases.
 """
 
@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,23 +69,21 @@ def prefect_api(home: str | Path | None = None, deadline_s: float = 90.0) -> Ite
         "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
     }
     log = home / "server.log"
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=functools.partial(exit_with_parent, os.getpid()),
-        )
+    server = _SupervisedServer(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)], env, log, url,
+    )
     # Stopped at interpreter exit: Prefect drains its log and event workers in its own
     # exit handlers, registered after this one and so run before it. A run killed by a
     # signal skips those handlers; then the kernel stops the server (exit_with_parent).
-    atexit.register(_stop, proc)
+    atexit.register(server.stop)
     saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL", "PREFECT_HOME")}
     try:
         try:
-            _wait_healthy(url, proc, deadline_s, log)
+            _wait_healthy(url, server.proc, deadline_s, log)
         except BaseException:
-            _stop(proc)
+            server.stop()
             raise
+        server.watch(deadline_s)
         # Child processes (the trainer lane) read the environment; this process's
         # Prefect settings were loaded at import, so they are overridden in place.
         os.environ["PREFECT_API_URL"] = url
@@ -98,6 +97,52 @@ def prefect_api(home: str | Path | None = None, deadline_s: float = 90.0) -> Ite
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+class _SupervisedServer:
+    """The embedded server's process, restarted on the same port and database when it
+    dies during the run: the lanes' Prefect clients retry refused connections with a
+    backoff (2 s, 4 s, ... about a minute in all), so they carry on once it is back."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path, url: str) -> None:
+        self.argv, self.env, self.log, self.url = argv, env, log, url
+        self.restarts = 0
+        self._stopping = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self.proc = self._start()
+
+    def _start(self) -> subprocess.Popen:
+        with open(self.log, "ab") as out:
+            return subprocess.Popen(
+                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=functools.partial(exit_with_parent, os.getpid()),
+            )
+
+    def watch(self, deadline_s: float) -> None:
+        self._watcher = threading.Thread(target=self._supervise, args=(deadline_s,), name="prefect-server-watch", daemon=True)
+        self._watcher.start()
+
+    def _supervise(self, deadline_s: float) -> None:
+        while not self._stopping.wait(0.5):
+            code = self.proc.poll()
+            if code is None:
+                continue
+            self.restarts += 1
+            died = time.monotonic()
+            print(f"[tandem] the Prefect server exited with code {code}; restarting it ({self.restarts})", flush=True)
+            self.proc = self._start()
+            try:
+                _wait_healthy(self.url, self.proc, deadline_s, self.log)
+            except (RuntimeError, TimeoutError) as exc:
+                print(f"[tandem] the Prefect server did not come back ({exc}); trying again", flush=True)
+                continue
+            print(f"[tandem] the Prefect server is back at {self.url} after {time.monotonic() - died:.1f} s", flush=True)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(timeout=5)
+        _stop(self.proc)
 
 
 def _stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:

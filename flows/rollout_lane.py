@@ -23,7 +23,7 @@ from storage import shards
 from storage.atomic import write_bytes_atomic
 from storage.fs import Store, open_store
 from tasks.limits import ROLLOUT_LIMIT, SLOT_LEASE_S
-from tasks.rollout import RolloutRuntime, evaluate_policy, load_final_policy, rollout_step
+from tasks.rollout import RolloutRuntime, evaluate_policy, load_final_policy, retain_weights, rollout_step
 
 
 @flow(name="rollout-lane", log_prints=True)
@@ -42,6 +42,7 @@ async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
         loop_start, cpu_start = time.monotonic(), psutil.cpu_times()
         steps = await _steps(rt, config)
         await load_final_policy(quote(rt), config.rl.steps)  # the trainer's last publication
+        await _retain(rt, config)
         loop_s = time.monotonic() - loop_start
         cpu_busy = busy_share(cpu_start, psutil.cpu_times())
         after = await _evaluation(rt, store, config, heldout, "after")
@@ -76,7 +77,14 @@ async def _steps(rt: RolloutRuntime, config: RunConfig) -> list[dict]:
             f"pass={metrics['pass_rate']:.3f} gen={metrics['generation_s']:.1f}s grade={metrics['grading_s']:.1f}s "
             f"update={metrics['weight_update_s']:.1f}s wait={metrics['wait_s']:.1f}s tokens={metrics['completion_tokens']}"
         )
+        await _retain(rt, config)  # as the run goes: a long run must not end on a full disk
     return results
+
+
+async def _retain(rt: RolloutRuntime, config: RunConfig) -> None:
+    dropped = await retain_weights(quote(rt), config.retention.last(config.rl.async_level), config.retention.milestone_every)
+    if dropped:
+        print(f"[rollout] weight versions deleted by retention: {dropped}")
 
 
 async def _evaluation(rt: RolloutRuntime, store: Store, config: RunConfig, heldout: list, name: str) -> dict:

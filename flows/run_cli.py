@@ -10,6 +10,7 @@ address is printed); with it, the run reports to that server.
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -35,7 +36,8 @@ def run_command(
     from flows.prefect_api import prefect_api
     from flows.rl import rl
 
-    with prefect_api():
+    # TANDEM_PREFECT_HOME: where the embedded server keeps its database (tests use their own).
+    with prefect_api(os.environ.get("TANDEM_PREFECT_HOME")):
         summary = asyncio.run(rl(cfg))
     gain = summary.get("pass@1 gain (points)")
     typer.echo(f"[tandem] run {cfg.run} finished: pass@1 {summary['pass@1 before RL (warm start)']:.3f} -> "

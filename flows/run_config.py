@@ -168,6 +168,24 @@ class RunTrainerConfig(TrainerConfig):
     sft: RunSFTConfig = Field(default_factory=RunSFTConfig, description="Warm-start SFT settings.")
 
 
+class RetentionConfig(BaseModel):
+    """Which published weight versions the run keeps as it goes (storage/retention.py);
+    the rest are deleted after each step, so a long run does not end on a full disk."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keep_last: int | None = Field(
+        None, ge=1,
+        description="Newest versions kept. None: rl.async_level + 1, the versions rollouts may still be generated "
+        "with under the staleness bound. The version the servers serve is always kept.",
+    )
+    milestone_every: int = Field(10, ge=0, description="Also keep every Nth version (v0, vN, v2N, ...) as a milestone; 0 keeps none.")
+
+    def last(self, async_level: int) -> int:
+        """The resolved `keep_last`."""
+        return self.keep_last if self.keep_last is not None else async_level + 1
+
+
 class RunConfig(BaseModel):
     """A whole asynchronous RL run."""
 
@@ -187,6 +205,7 @@ class RunConfig(BaseModel):
     )
     rl: RLConfig = Field(default_factory=RLConfig, description="Steps, staleness bound, batch and group sizes.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+    retention: RetentionConfig = Field(default_factory=RetentionConfig, description="Weight versions kept as the run goes.")
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
@@ -204,6 +223,12 @@ class RunConfig(BaseModel):
             raise ValueError(
                 f"trainer.temperature ({self.trainer.temperature}) differs from inference.sampling.temperature "
                 f"({sampled_at}): the RL loss compares the trainer's logprobs with the sampler's, so set both to the same value"
+            )
+        needed = self.rl.async_level + 1
+        if self.retention.keep_last is not None and self.retention.keep_last < needed:
+            raise ValueError(
+                f"retention.keep_last ({self.retention.keep_last}) is below rl.async_level + 1 ({needed}): rollouts may "
+                "still be generated with the versions it would delete; raise it or leave it unset"
             )
         if self.eval.tasks > self.tasks.heldout_tasks and self.tasks.kind == "micro":
             raise ValueError(

@@ -46,7 +46,7 @@ async def rollout_runtime(config: RunConfig, store: Store, train_tasks: list[Tas
             yield RolloutRuntime(
                 store=store, run=config.run, pool=pool,
                 agent=AgentLoop(pool, tokenizer, inference), greedy=AgentLoop(pool, tokenizer, greedy_cfg),
-                grader=grader, env=config.env, train_tasks=train_tasks,
+                grader=grader, env=config.env, train_tasks=train_tasks, started_from=latest.version,
             )
     finally:
         grader.close()

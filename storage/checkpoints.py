@@ -91,11 +91,16 @@ def retain(store: Store, run: str, keep_last: int) -> list[int]:
         raise ValueError(f"keep_last must be >= 1, got {keep_last}")
     dropped = list_versions(store, run)[:-keep_last]
     for version in dropped:
-        record_dir = store.path(layout.checkpoint_record(run, version)).rsplit("/", 1)[0]
-        store.call("delete record", lambda: store.fs.rm(record_dir, recursive=True))
-        _rm_if_exists(store, store.path(layout.weights_dir(run, version)))
+        drop(store, run, version)
     prune(store, run)
     return dropped
+
+
+def drop(store: Store, run: str, version: int) -> None:
+    """Delete one version: its record first (readers stop seeing it), then its weights."""
+    record_dir = store.path(layout.checkpoint_record(run, version)).rsplit("/", 1)[0]
+    _rm_if_exists(store, record_dir)
+    _rm_if_exists(store, store.path(layout.weights_dir(run, version)))
 
 
 def prune(store: Store, run: str) -> list[int]:

@@ -22,6 +22,7 @@ from engines.rollout.evaluate import EvalResult, evaluate
 from engines.rollout.step import GradeCache, run_step, sample_step_tasks
 from engines.staleness import version_to_use
 from storage import checkpoints, shards
+from storage.retention import apply_retention
 from storage.fs import Store
 
 
@@ -37,6 +38,7 @@ class RolloutRuntime:
     grader: GradingPool
     env: EnvConfig
     train_tasks: list[Task]
+    started_from: int = 0  # the version whose directory the servers start (and restart) from
     cache: GradeCache = field(default_factory=GradeCache)
 
 
@@ -92,12 +94,14 @@ async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group
                             async_level, std_scale)
     uri = await asyncio.to_thread(shards.write_shard, rt.store, rt.run, step, "final", result.table)
     t = result.table
-    rewards = [r for r in t.column("reward").to_pylist() if r == r]  # NaN: infra failures
+    graded = [not f for f in t.column("infra_failure").to_pylist()]  # infra failures say nothing about the policy
+    rewards = [r for r, g in zip(t.column("reward").to_pylist(), graded) if g]
+    resolved = [r for r, g in zip(t.column("resolved").to_pylist(), graded) if g]
     return {
         "uri": uri,
         "episodes": t.num_rows,
         "reward_mean": sum(rewards) / max(1, len(rewards)),
-        "pass_rate": sum(t.column("resolved").to_pylist()) / max(1, t.num_rows),
+        "pass_rate": sum(resolved) / max(1, len(resolved)),
         "completion_tokens": sum(t.column("num_completion_tokens").to_pylist()),
         "infra_failures": sum(t.column("infra_failure").to_pylist()),
         "staleness_max": result.staleness_max,
@@ -108,6 +112,15 @@ async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group
         "weight_update_s": update_s,
         "task_s": time.monotonic() - start,
     }
+
+
+@task(name="retain-weights", cache_policy=NO_CACHE)
+async def retain_weights(rt: RolloutRuntime, keep_last: int, milestone_every: int) -> list[int]:
+    """Delete the weight versions the retention policy does not keep; never the one the
+    servers serve, nor the one they were started from (a server that dies is restarted
+    from that directory, then brought up to the served one)."""
+    in_use = {rt.pool.version, rt.started_from}
+    return await asyncio.to_thread(apply_retention, rt.store, rt.run, keep_last, milestone_every, in_use)
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)

@@ -5,9 +5,10 @@ Usable as a plain library (no Prefect). Modules, one idea each:
     errors     set-up errors (sandbox missing, malformed task, unbuildable project)
     config     EnvConfig and sandbox limits
     sandbox    run a command under bubblewrap with cgroup and rlimit caps
-    cgroup     per-command cgroup v1 memory and pids caps
+    cgroup     per-command cgroup (v2 or v1) memory and pids caps
     workspace  a writable copy of a task's base snapshot; reset and diff
-    patches    allowlist filter and application of patches
+    patches    allowlist filter of patches (on the paths git reads from them)
+    patch_paths  the paths a patch makes git touch (git apply --numstat --summary -z)
     report     SWE-bench-compatible log parsing and resolution report
     grader     grade one patch; a pool that grades many in parallel
     session    the environment side of one multi-turn agent episode

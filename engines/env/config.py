@@ -32,7 +32,13 @@ class EnvConfig(BaseModel):
     backend: Literal["bwrap", "unsandboxed"] = Field("bwrap", description="'bwrap' runs commands under bubblewrap; 'unsandboxed' runs them directly (needs allow_unsandboxed).")
     allow_unsandboxed: bool = Field(False, description="Explicit opt-in for the unsandboxed backend; a warning is logged on every use.")
     bwrap_path: str = Field("bwrap", description="bubblewrap executable (name on PATH or absolute path).")
-    use_cgroups: bool = Field(True, description="Cap memory and processes with cgroup v1 when writable; without it only rlimits apply.")
+    use_cgroups: bool = Field(
+        True,
+        description="Cap memory and processes of every sandboxed tree with cgroups (v2, else v1). When neither can be "
+        "applied, grading refuses to start and says what is missing; False opts out explicitly (rlimits only: "
+        "no memory or process-count cap for root).",
+    )
+    cgroup_root: str = Field("/sys/fs/cgroup", description="Where the cgroup filesystem is mounted (v2: the unified root; v1: the folder holding memory/ and pids/).")
     python: str = Field(default_factory=lambda: sys.executable, description="Python interpreter that runs tests inside the sandbox (its prefix is bound read-only).")
     workers: int = Field(0, ge=0, description="Grading workers; 0 = min(CPU cores, available memory / limits.memory_mb).")
     warm_pytest: bool = Field(

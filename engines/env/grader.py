@@ -3,9 +3,12 @@
 Steps of one grade (each failure is a graded failure of the model unless marked
 infra, which training leaves out of group statistics):
   1. size and format checks (a 50 MB diff or binary junk is refused unread);
-  2. the allowlist filter drops test files and test/build configuration (patches.py);
+  2. the allowlist filter drops test files and test/build configuration (patches.py),
+     judged on the paths git reads from the patch;
   3. the repository copy is reset to the task's base, so test files are pristine;
-  4. the filtered patch is applied, then the task's test_patch (a failure here is infra);
+  4. the filtered patch is applied and the paths it changed in the tree are checked
+     against the allowlist again (any protected one: not graded); then the task's
+     test_patch is applied (a failure here is infra);
   5. only the FAIL_TO_PASS and PASS_TO_PASS tests run, in the sandbox (a warm one
      per copy for pytest commands, warm_pytest.py);
   6. the framed log is parsed and decided with SWE-bench's rules (report.py).
@@ -32,9 +35,9 @@ from pathlib import Path
 
 from engines.env.config import EnvConfig
 from engines.env.errors import EnvError, TaskError
-from engines.env.patches import filter_patch
+from engines.env.patches import filter_patch, is_allowed
 from engines.env.report import evaluate, frame_log
-from engines.env.sandbox import BwrapRunner, Runner, RunResult, make_runner
+from engines.env.sandbox import BwrapRunner, Runner, RunResult, check_caps, make_runner
 from engines.env.types import GradeResult, Task
 from engines.env.warm_pytest import WarmPytest, pytest_args
 from engines.env.workspace import Workspace, base_files
@@ -120,6 +123,8 @@ class GradingPool:
 
     def __init__(self, config: EnvConfig, workers: int | None = None, runner: Runner | None = None):
         self.config = config
+        if config.backend == "bwrap":
+            check_caps(config)  # sandboxed grading without memory and process caps only when opted out
         self.runner = runner or make_runner(config)
         self.workers = workers or config.worker_count()
         os.makedirs(config.scratch_dir, exist_ok=True)
@@ -170,6 +175,10 @@ def _grade(task: Task, patch: str, config: EnvConfig, runner: Runner, slot: _Slo
     error = ws.apply(filtered.text)
     if error:
         return _result(task, start, notes=f"patch does not apply: {error}", applied=False)
+    # What the applied patch really touched, read from the tree: the last word on the allowlist.
+    if refused := [p for p in ws.changed_paths() if not is_allowed(p, protected_files(task)) or (ws.root / p).is_symlink()]:
+        ws.reset()
+        return _result(task, start, notes=f"patch touched protected paths: {', '.join(refused[:10])}; not graded", applied=False)
     if task.test_patch and (error := ws.apply(task.test_patch)):
         raise TaskError(f"test_patch does not apply on the base ({error}); fix the task")
     run = slot.run_tests(task, ws, config, runner)

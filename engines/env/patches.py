@@ -2,24 +2,29 @@
 
 A patch may change the project's source, nothing that decides how tests run or
 what they check: test files, conftest.py, pytest/tox/setup/pyproject
-configuration, import hooks (.pth, sitecustomize) and binary blobs are dropped,
-so the known reward hacks (a conftest that rewrites failures to passes, deleting
-or editing tests) never reach the test run. Dropped files are reported, not
-silently lost.
+configuration, import hooks (.pth, sitecustomize), symlinks, submodules and binary
+blobs are dropped, so the known reward hacks (a conftest that rewrites failures to
+passes, deleting or editing tests) never reach the test run. Dropped files are
+reported, not silently lost.
+
+The paths judged are the ones git itself reads from the patch (patch_paths.py),
+never a regular expression's reading of its headers; the grader also checks the
+tree after applying (workspace.changed_paths), so whatever git's parser and ours
+disagree on still cannot reach a protected file.
 """
 
 from __future__ import annotations
 
 import posixpath
-import re
 from dataclasses import dataclass
+
+from engines.env.patch_paths import Touched, git_touched
 
 _DENIED_NAMES = {
     "conftest.py", "setup.py", "setup.cfg", "pyproject.toml", "tox.ini", "pytest.ini", "noxfile.py",
     ".coveragerc", "manifest.in", "sitecustomize.py", "usercustomize.py", "__init__.pyi",
 }
 _TEST_DIRS = {"test", "tests", "testing"}
-_FILE_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.M)
 
 
 @dataclass(frozen=True)
@@ -44,50 +49,60 @@ def is_allowed(path: str, test_files: frozenset[str] = frozenset()) -> bool:
 
 
 def filter_patch(patch: str, test_files: frozenset[str] = frozenset()) -> FilteredPatch:
-    """Split `patch` into per-file sections and keep the allowed ones."""
+    """Keep the file sections of `patch` whose every path, as git reads it, is allowed.
+
+    Decided on what git would touch (patch_paths.py), never on header text: each
+    section is asked alone, and the kept text is asked again as a whole, so a section
+    that hides a second file (a quoted header, a bare `--- / +++` pair) cannot get
+    through on its neighbour's name.
+    """
     if "\0" in patch:
         return FilteredPatch("", (), "patch contains NUL bytes (binary junk); send a text unified diff")
     if not patch.strip():
         return FilteredPatch("", ())
-    sections = _split_files(patch)
-    if sections is None:
-        return FilteredPatch("", (), "patch is not a git-style unified diff (no 'diff --git a/... b/...' headers)")
+    whole = git_touched(patch)
+    if isinstance(whole, str) or not whole.paths:
+        return FilteredPatch("", (), "patch is not a unified diff git can read (no file sections)")
+    if not _refused(whole, test_files):
+        return FilteredPatch(patch, ())  # the common case: one look by git, nothing to cut
     kept, dropped = [], []
-    for old, new, text in sections:
-        binary = "GIT binary patch" in text or "Binary files " in text
-        if binary or not (is_allowed(old, test_files) and is_allowed(new, test_files)):
-            dropped.append(new if new != "/dev/null" else old)
+    for section in split_sections(patch):
+        touched = git_touched(section)
+        if isinstance(touched, str) or not touched.paths:
+            continue  # text between sections that git ignores; ignored here too
+        refused = _refused(touched, test_files)
+        if refused:
+            dropped += [p for p in refused if p not in dropped]
         else:
-            kept.append(text)
-    return FilteredPatch("".join(kept), tuple(dropped))
+            kept.append(section)
+    text = "".join(kept)
+    check = git_touched(text) if text else None
+    if isinstance(check, Touched) and _refused(check, test_files):
+        # The kept sections read together touch what none touched alone: refuse it all.
+        return FilteredPatch("", tuple(dropped), "patch sections combine into a change of protected files; not applied")
+    return FilteredPatch(text, tuple(dropped))
 
 
-def _split_files(patch: str) -> list[tuple[str, str, str]] | None:
-    starts = [m for m in _FILE_HEADER.finditer(patch)]
-    if not starts:
-        return _split_plain(patch)
-    sections = []
-    for i, m in enumerate(starts):
-        end = starts[i + 1].start() if i + 1 < len(starts) else len(patch)
-        sections.append((m.group(1), m.group(2), patch[m.start() : end]))
-    return sections
+def _refused(touched: Touched, test_files: frozenset[str]) -> list[str]:
+    """The paths that make `touched` unacceptable (every path when the section is a
+    binary patch or creates a symlink or submodule)."""
+    if touched.binary or touched.special:
+        return sorted(touched.paths)
+    return sorted(p for p in touched.paths if not is_allowed(p, test_files))
 
 
-def _split_plain(patch: str) -> list[tuple[str, str, str]] | None:
-    """Plain `diff -u` output (no git headers): split on '--- ' / '+++ ' pairs."""
+def split_sections(patch: str) -> list[str]:
+    """Cut `patch` before each line that may start a file's section: `diff --git`
+    (quoted names included) or, in a diff without git headers, a `--- / +++` pair.
+    Where this cuts wrong, git's reading of each piece still decides (filter_patch)."""
     lines = patch.splitlines(keepends=True)
-    idx = [i for i in range(len(lines) - 1) if lines[i].startswith("--- ") and lines[i + 1].startswith("+++ ")]
-    if not idx:
-        return None
-    sections = []
-    for j, i in enumerate(idx):
-        end = idx[j + 1] if j + 1 < len(idx) else len(lines)
-        old = _strip_prefix(lines[i][4:])
-        new = _strip_prefix(lines[i + 1][4:])
-        sections.append((old, new, "".join(lines[i:end])))
-    return sections
-
-
-def _strip_prefix(name: str) -> str:
-    name = name.split("\t")[0].strip()
-    return name[2:] if name.startswith(("a/", "b/")) else name
+    git_style = any(line.startswith("diff --git ") for line in lines)
+    starts = [
+        i for i, line in enumerate(lines)
+        if line.startswith("diff --git ")
+        or (not git_style and line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "))
+    ]
+    if not starts or starts[0] != 0:
+        starts = [0, *starts]
+    bounds = [*starts, len(lines)]
+    return ["".join(lines[a:b]) for a, b in zip(bounds, bounds[1:]) if a < b]

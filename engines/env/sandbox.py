@@ -5,7 +5,7 @@ What the bubblewrap backend protects against (each is tested):
   - reading or writing outside the repository: the root is empty except read-only
     system directories and the Python installation; the repository copy is the
     only writable bind (at /repo); /tmp is a private tmpfs;
-  - fork bombs and memory bombs: cgroup v1 pids and memory caps on the whole tree;
+  - fork bombs and memory bombs: cgroup (v2 or v1) pids and memory caps on the whole tree;
   - busy loops and sleeps: CPU-time rlimit, and a wall-clock timeout that kills
     bubblewrap, whose pid namespace takes every descendant with it;
   - huge files and output: file-size rlimit; output kept to `output_bytes`;
@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from engines.env.cgroup import CgroupCaps
+from engines.env.cgroup import CgroupCaps, unavailable
 from engines.env.config import EnvConfig, SandboxLimits
 from engines.env.errors import SandboxUnavailableError
 
@@ -114,7 +114,7 @@ class BwrapRunner:
             for key, value in (extra_env or {}).items():
                 argv += ["--setenv", key, value]
             argv += ["/bin/sh", "-c", command]
-            result = _run_capped(argv, None, self.config.limits, self.config.use_cgroups, pass_fds=(write_fd,), close_after_start=write_fd)
+            result = _run_capped(argv, None, self.config, pass_fds=(write_fd,), close_after_start=write_fd)
             status = _read_status(read_fd)
         finally:
             os.close(read_fd)
@@ -133,14 +133,15 @@ class UnsandboxedRunner:
     def run(self, command: str, repo: Path, extra_env: dict[str, str] | None = None) -> RunResult:
         log.warning("running %r WITHOUT a sandbox in %s (allow_unsandboxed=True)", command[:80], repo)
         env = _sandbox_env(self.config.python) | {"HOME": str(repo)} | (extra_env or {})
-        return _run_capped(["/bin/sh", "-c", command], env, self.config.limits, self.config.use_cgroups, cwd=str(repo))
+        return _run_capped(["/bin/sh", "-c", command], env, self.config, cwd=str(repo))
 
 
-def _run_capped(argv: list[str], env: dict[str, str] | None, limits: SandboxLimits, use_cgroups: bool,
+def _run_capped(argv: list[str], env: dict[str, str] | None, config: EnvConfig,
                 cwd: str | None = None, pass_fds: tuple[int, ...] = (), close_after_start: int | None = None) -> RunResult:
     """Start `argv` inside fresh cgroups with rlimits; collect capped output; enforce the wall clock."""
-    caps = CgroupCaps.create(limits.memory_mb, limits.max_processes) if use_cgroups else None
-    _warn_without_cgroups(use_cgroups and caps is None)
+    limits = config.limits
+    caps = make_caps(config)
+    _warn_without_cgroups(config.use_cgroups and caps is None)
     wrapped = capped_argv(argv, limits, caps)
     start = time.monotonic()
     try:
@@ -174,6 +175,23 @@ def _run_capped(argv: list[str], env: dict[str, str] | None, limits: SandboxLimi
     output, truncated = reader.text()
     code = None if timed_out else proc.returncode
     return RunResult(code, output, timed_out, truncated, time.monotonic() - start, oom=oom)
+
+
+def make_caps(config: EnvConfig) -> CgroupCaps | None:
+    """Fresh cgroups for one sandboxed tree, or None (opted out, or none could be made)."""
+    if not config.use_cgroups:
+        return None
+    return CgroupCaps.create(config.limits.memory_mb, config.limits.max_processes, config.cgroup_root)
+
+
+def check_caps(config: EnvConfig) -> None:
+    """Refuse to start sandboxed work that nothing would cap (see EnvConfig.use_cgroups)."""
+    if config.use_cgroups and (missing := unavailable(config.cgroup_root)):
+        raise SandboxUnavailableError(
+            f"no memory and process caps can be applied to sandboxed commands: {missing}. Run as root on a host "
+            "with cgroup v2 (memory and pids controllers) or v1, fix env.cgroup_root, or set env.use_cgroups=false "
+            "to opt out explicitly (rlimits only)."
+        )
 
 
 def capped_argv(argv: list[str], limits: SandboxLimits, caps: CgroupCaps | None, cpu_limit: bool = True) -> list[str]:
@@ -264,4 +282,4 @@ def _warn_without_cgroups(missing: bool) -> None:
     global _cgroup_warned
     if missing and not _cgroup_warned:
         _cgroup_warned = True
-        log.warning("cgroup v1 memory/pids controllers are not writable here: only rlimits cap sandboxed commands")
+        log.warning("cgroup memory/pids caps could not be created for a command: only rlimits cap it")

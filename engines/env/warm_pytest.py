@@ -36,7 +36,7 @@ from pathlib import Path
 
 from engines.env.cgroup import CgroupCaps
 from engines.env.config import EnvConfig
-from engines.env.sandbox import BwrapRunner, RunResult, capped_argv
+from engines.env.sandbox import BwrapRunner, RunResult, capped_argv, make_caps
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class WarmPytest:
     def _start(self) -> str:
         """Start the sandboxed server; '' when it is ready, else why not."""
         limits = self.config.limits
-        self._caps = CgroupCaps.create(limits.memory_mb, limits.max_processes) if self.config.use_cgroups else None
+        self._caps = make_caps(self.config)
         # --as-pid-1: the server itself is the namespace's init, so no other process
         # in the sandbox holds its pipes (pytest_server.py).
         argv = self.runner.argv(self.repo, read_only={str(SERVER_SCRIPT): _SERVER_IN_SANDBOX})

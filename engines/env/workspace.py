@@ -208,6 +208,26 @@ class Workspace:
     def apply(self, patch: str) -> str:
         return git_apply(self.root, patch)
 
+    def changed_paths(self) -> list[str]:
+        """Every path that differs from the base (and the kept bytecode): written, new,
+        deleted, or turned into a symlink. Read from the tree itself, not from a patch,
+        so it is what an applied patch really did."""
+        expected = self.kept | self.base
+        changed, seen = [], set()
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, self.root)
+                seen.add(rel)
+                data = expected.get(rel)
+                if data is None or os.path.islink(path) or os.path.getsize(path) != len(data):
+                    changed.append(rel)
+                    continue
+                with open(path, "rb") as f:
+                    if f.read() != data:
+                        changed.append(rel)
+        return sorted(changed + [rel for rel in expected if rel not in seen])
+
     def resolve(self, rel: str) -> Path | None:
         """`rel` inside the tree, or None when it points outside (or through a link)."""
         path = (self.root / rel).resolve()

@@ -10,7 +10,8 @@ Owns:
   request (`batching.py`);
 - recovery: a request whose server stopped answering is re-sent (to another healthy
   server, or to the same one once restarted); a dead local server is restarted, with
-  the current weights loaded, at most `max_restarts` times;
+  the current weights loaded, at most `max_restarts` times, also when it is found
+  dead by a weight update (before or during it): the update then goes on;
 - weight updates, one of two ways (config `weight_update`):
   reload (default): pause (keeping in-flight requests) -> reload (through our worker
   extension, exact for the CPU build's MoE experts too) -> verify -> resume, resume
@@ -290,10 +291,31 @@ class ServerPool:
     async def _reload_all(self, path: Path) -> None:
         staging = self.log_dir if self.cfg.local else None  # attached servers must see it: beside the weights
         self._reload_from = str(await asyncio.to_thread(reload_dir, path, Path(self.cfg.model_dir), staging))
-        results = await asyncio.gather(*(self._update_server(s) for s in self.slots if s.healthy), return_exceptions=True)
-        failures = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
+        # A crash restart in flight ends first (then it is updated below like the others).
+        await self._settle_recoveries()
+        updating = [s for s in self.slots if s.healthy]
+        results = await asyncio.gather(*(self._update_server(s) for s in updating), return_exceptions=True)
+        failures = []
+        for slot, result in zip(updating, results):
+            if isinstance(result, BaseException) and not await self._restarted_after_death(slot):
+                failures.append(f"{slot.url}: {type(result).__name__}: {result}")
         if failures:
             raise WeightUpdateError(f"weight update to version {self.version} failed: " + " | ".join(failures))
+
+    async def _settle_recoveries(self) -> None:
+        pending = [s.recovering for s in self.slots if s.recovering is not None and not s.recovering.done()]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _restarted_after_death(self, slot: ServerSlot) -> bool:
+        """A local server that died before or during an update is restarted; its restart
+        reloads `_reload_from`, the weights being loaded. True when it is back on them."""
+        if slot.process is None or slot.process.alive():
+            return False  # alive and failing: a real update error
+        self._recover(slot)
+        if slot.recovering is not None:
+            await slot.recovering
+        return slot.healthy and slot.version == self.version
 
     async def _restart_all(self, path: Path) -> None:
         model = await asyncio.to_thread(serving_dir, path, Path(self.cfg.model_dir), self.log_dir, self.version)

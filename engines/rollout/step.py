@@ -45,13 +45,16 @@ class GradeCache:
         keys = [self.key(t, p) for t, p in items]
         todo = {k: item for k, item in zip(keys, items) if k not in self.results}
         fresh = pool.grade_many(list(todo.values())) if todo else []
-        for k, result in zip(todo, fresh):
+        computed = dict(zip(todo, fresh))
+        # Answer before evicting: a key that was a hit must still be answered when the
+        # eviction below drops it.
+        answers = [computed[k] if k in computed else self.results[k] for k in keys]
+        for k, result in computed.items():
             if not result.infra_failure:  # an infrastructure failure may pass on retry
                 self.results[k] = result
-        if len(self.results) > self.max_entries:
-            self.results.clear()
-        computed = dict(zip(todo, fresh))
-        return [self.results.get(k) or computed[k] for k in keys]
+        while len(self.results) > self.max_entries:  # oldest first (dicts keep insertion order)
+            del self.results[next(iter(self.results))]
+        return answers
 
 
 def sample_step_tasks(tasks: Sequence[Task], step: int, count: int, seed: int) -> list[Task]:

@@ -104,14 +104,17 @@ def wait_for_step(store: Store, cfg: LaneConfig, step: int) -> None:
 
 def rollout_metrics(episodes, step: int) -> dict:
     """Columns of the steps table that describe the step's episodes."""
-    def mean(col):
-        v = pc.mean(pc.cast(episodes.column(col), "float64")).as_py()
+    def mean(table, col):
+        v = pc.mean(pc.cast(table.column(col), "float64")).as_py()
         return v if v is not None and not math.isnan(v) else None
 
     min_version = pc.min(episodes.column("min_policy_version")).as_py()
+    # Infrastructure failures say nothing about the policy: left out of both means
+    # (their reward is NaN, which would make the mean NULL).
+    graded = episodes.filter(pc.invert(episodes.column("infra_failure")))
     return {
-        "reward_mean": mean("reward"),
-        "pass_rate": mean("resolved"),
+        "reward_mean": mean(graded, "reward"),
+        "pass_rate": mean(graded, "resolved"),
         "staleness_max": None if min_version is None else step - min_version,
         "completion_tokens": int(pc.sum(episodes.column("num_completion_tokens")).as_py() or 0)
         or sum(len(c) for c in episodes.column("completion_ids").to_pylist()),

@@ -44,3 +44,11 @@ def test_overriding_one_nested_key_keeps_the_runs_other_defaults():
     assert cfg.inference.limits.max_concurrent_episodes == 256
     assert cfg.inference.limits.max_total_tokens == default.inference.limits.max_total_tokens <= cfg.inference.max_model_len
     assert cfg.inference.sampling.max_tokens_per_turn == default.inference.sampling.max_tokens_per_turn
+
+
+def test_retention_keeps_at_least_the_versions_rollouts_may_use() -> None:
+    from flows.run_config import RunConfig
+
+    assert RunConfig(rl={"async_level": 2}).retention.last(2) == 3
+    with pytest.raises(ValueError, match=r"retention.keep_last \(1\) is below rl.async_level \+ 1 \(3\)"):
+        RunConfig(rl={"async_level": 2}, retention={"keep_last": 1})

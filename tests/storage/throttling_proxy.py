@@ -22,6 +22,11 @@ class ThrottlingProxy:
         self.upstream = urlsplit(upstream)
         self.throttle_first = throttle_first
         self.requests = 0
+        # A test that clears `release` holds every PUT here (after its body arrived, before
+        # it is forwarded) and learns of it through `put_arrived`: a write caught in flight.
+        self.put_arrived = threading.Event()
+        self.release = threading.Event()
+        self.release.set()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -51,6 +56,9 @@ class ThrottlingProxy:
                 if throttle:
                     self._reply(503, {"Content-Type": "application/xml"}, _SLOW_DOWN)
                     return
+                if self.command == "PUT":
+                    proxy.put_arrived.set()
+                    proxy.release.wait(60)
                 conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=30)
                 conn.request(self.command, self.path, body=body, headers=dict(self.headers))
                 resp = conn.getresponse()

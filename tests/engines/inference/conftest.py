@@ -64,7 +64,8 @@ def pool(vllm_available: str, tiny_model_dir: Path, run: Callable[[Awaitable[Any
     """One local vLLM server serving the tiny MoE, shared by the session's tests."""
     from engines.inference.server_pool import ServerPool
 
-    server_pool = ServerPool(small_config(tiny_model_dir))
+    # Room for the crash tests' restarts (test_weight_update.py, test_pool_faults.py) across the session.
+    server_pool = ServerPool(small_config(tiny_model_dir, max_restarts=10))
     run(server_pool.start())
     try:
         yield server_pool

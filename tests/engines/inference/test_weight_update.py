@@ -67,6 +67,7 @@ def test_an_update_serves_the_new_checkpoint_and_keeps_in_flight_requests(
 
 
 @pytest.mark.slow
+@pytest.mark.faults
 def test_a_server_killed_mid_batch_restarts_on_the_current_weights(pool: Any, run: Any, tiny_model_dir: Path) -> None:
     slot = pool.slots[0]
     current = Path(pool.weights_dir or tiny_model_dir)

@@ -1,0 +1,74 @@
+"""The embedded Prefect server killed (SIGKILL) while a flow is running: it is
+started again on the same port and database, and the flow finishes with its
+result. Before, the flow's tasks ran on, then the run failed with ConnectError."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.prefect]
+
+SCRIPT = """
+import sys, time
+from prefect import flow, task
+from flows.prefect_api import prefect_api
+
+@task
+def work(i):
+    time.sleep(1.0)
+    return i
+
+@flow
+def lane(n):
+    return sum(work(i) for i in range(n))
+
+with prefect_api(sys.argv[1], deadline_s=300):
+    print("[test] flow starting", flush=True)
+    print(f"[test] result {lane(15)}", flush=True)
+"""
+
+
+def _children(pid: int, needle: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid and needle in cmd:
+            found.append(int(proc.name))
+    return found
+
+
+def test_a_killed_embedded_prefect_server_is_restarted_and_the_flow_finishes(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")} | {"PYTHONPATH": str(REPO)}
+    log = tmp_path / "out.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path / "home")], cwd=REPO, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 360
+        while "[test] flow starting" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+            time.sleep(0.2)
+        time.sleep(4)  # a few of the flow's tasks have run
+        servers = _children(proc.pid, "prefect server start")
+        assert len(servers) == 1
+        os.killpg(servers[0], signal.SIGKILL)
+        code = proc.wait(400)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    output = log.read_text(errors="replace")
+    assert code == 0, output[-4000:]
+    assert "[test] result 105" in output
+    assert "the Prefect server exited" in output and "the Prefect server is back" in output

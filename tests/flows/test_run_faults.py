@@ -1,0 +1,192 @@
+"""A whole `tandem run` (embedded Prefect server, real vLLM server, sandboxed
+grading, trainer lane process) attacked while it works, each a SIGKILL of a real
+process mid-step:
+
+1. the vLLM server while it is paused for a weight update (before: the run failed
+   at that update with WeightUpdateError ... ConnectError);
+2. the embedded Prefect server (before: the lanes finished, then the run failed
+   with ConnectError);
+3. the rollout lane, mid-step: the run's own process, which takes its trainer lane
+   and servers with it (the whole run); then the same command again, by name.
+
+After all of it: the run completes, every step's shard is there exactly once, no
+episode is lost or duplicated, and staleness never exceeds k."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from storage import checkpoints, shards
+from storage.fs import open_store
+from storage.query import connect
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.prefect, pytest.mark.vllm, pytest.mark.sandbox]
+
+RUN, STEPS, BATCH, K = "faulty", 4, 8, 1
+
+
+def _config(root: Path) -> str:
+    return f"""
+run = "{RUN}"
+[storage]
+root = "{root}"
+[tasks]
+train_tasks = 64
+heldout_tasks = 4
+[eval]
+tasks = 4
+samples = 1
+[rl]
+steps = {STEPS}
+batch_size = {BATCH}
+group_size = 4
+async_level = {K}
+[trainer]
+micro_batch_rows = 16
+[trainer.sft]
+max_steps = 5
+[retention]
+milestone_every = 3
+"""
+
+
+def _procs(pred) -> list[tuple[int, str]]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if pred(cmd, ppid):
+            out.append((int(proc.name), cmd))
+    return out
+
+
+def _vllm_server(root: Path) -> tuple[int, int] | None:
+    """(pid, port) of the run's vLLM API server (its --model lies under the run's root)."""
+    found = _procs(lambda cmd, _: "vllm.entrypoints.openai.api_server" in cmd and str(root) in cmd)
+    for pid, cmd in found:
+        argv = cmd.split()
+        return pid, int(argv[argv.index("--port") + 1])
+    return None
+
+
+def _until(what: str, check, timeout_s: float, proc: subprocess.Popen, poll_s: float = 0.25):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert proc.poll() is None, f"the run exited with {proc.returncode} while waiting for {what}"
+        assert time.monotonic() < deadline, f"{what}: not seen in {timeout_s:.0f} s"
+        time.sleep(poll_s)
+
+
+def _paused(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/is_paused", timeout=1).json().get("is_paused", False)
+    except (httpx.HTTPError, ValueError):
+        return False
+
+
+def _start(config: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "flows.cli", "run", "--config", str(config)], cwd=REPO, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def faulted_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("faults")
+    root, log, config = tmp / "lake", tmp / "run.log", tmp / "run.toml"
+    config.write_text(_config(root))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}  # the run starts its own server
+    env |= {"TANDEM_PREFECT_HOME": str(tmp / "prefect-home"), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    store = open_store(str(root))
+    seen: dict = {"log": log}
+    proc = _start(config, log, env)
+    try:
+        # 1. The vLLM server while a weight update has it paused (the first update: v0 -> v1 or later).
+        pid, port = _until("the vLLM server", lambda: _vllm_server(root), 600, proc)
+        _until("a paused server (a weight update under way)", lambda: _paused(port), 600, proc, poll_s=0.02)
+        os.killpg(pid, signal.SIGKILL)
+        seen["vllm_killed"] = pid
+        seen["vllm_back"] = _until("a new vLLM server", lambda: (s := _vllm_server(root)) and s[0] != pid and s, 300, proc)
+
+        # 2. The embedded Prefect server, while a step is in progress.
+        server = _until("the Prefect server", lambda: _procs(lambda cmd, ppid: ppid == proc.pid and "prefect server start" in cmd), 60, proc)
+        os.killpg(server[0][0], signal.SIGKILL)
+        seen["prefect_killed"] = server[0][0]
+        seen["prefect_back"] = _until("a new Prefect server", lambda: [p for p in _procs(
+            lambda cmd, ppid: ppid == proc.pid and "prefect server start" in cmd) if p[0] != server[0][0]], 120, proc)
+
+        # 3. The rollout lane (the run's process, and with it the whole run) in the middle of a step.
+        def mid_step() -> int | None:
+            done = [s for s in range(STEPS) if shards.shard_exists(store, RUN, s, "final")]
+            return len(done) if 0 < len(done) < STEPS else None
+        seen["killed_in_step"] = _until("a step in progress", mid_step, 600, proc)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        seen["shards_before_rerun"] = [s for s in range(STEPS) if shards.shard_exists(store, RUN, s, "final")]
+        gone = time.monotonic() + 60
+        while _vllm_server(root) is not None:  # its server follows it (parent-death signal)
+            assert time.monotonic() < gone, "the killed run's vLLM server outlived it"
+            time.sleep(0.5)
+
+        # The same command again: resumes by name.
+        proc = _start(config, log, env)
+        seen["rerun_code"] = proc.wait(900)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    seen["store"], seen["root"] = store, root
+    return seen
+
+
+def _output(run: dict) -> str:
+    return run["log"].read_text(errors="replace")
+
+
+def test_the_run_completes_after_every_kill(faulted_run: dict) -> None:
+    assert faulted_run["rerun_code"] == 0, _output(faulted_run)[-4000:]
+    assert f"[tandem] run {RUN} finished" in _output(faulted_run)
+
+
+def test_a_vllm_server_killed_during_a_weight_update_is_restarted_and_the_run_goes_on(faulted_run: dict) -> None:
+    assert faulted_run["vllm_back"][0] != faulted_run["vllm_killed"]
+    assert "WeightUpdateError" not in _output(faulted_run)
+
+
+def test_a_killed_prefect_server_is_restarted_and_the_run_goes_on(faulted_run: dict) -> None:
+    assert "the Prefect server exited" in _output(faulted_run)
+    assert "the Prefect server is back" in _output(faulted_run)
+
+
+def test_a_killed_run_resumes_by_name_with_every_shard_once_and_staleness_within_k(faulted_run: dict) -> None:
+    store, root = faulted_run["store"], faulted_run["root"]
+    assert faulted_run["shards_before_rerun"] != list(range(STEPS))  # it was killed mid-run
+    lake = connect(store, RUN)
+    files = lake.sql("SELECT step, count(DISTINCT filename), count(*), count(DISTINCT group_id || '/' || sample_index) "
+                     f"FROM read_parquet('{root}/{RUN}/rollouts/*/*.parquet', filename=true) GROUP BY step ORDER BY step").fetchall()
+    assert files == [(s, 1, BATCH, BATCH) for s in range(STEPS)]  # one shard per step; no episode lost or twice
+    assert lake.sql("SELECT step, count(*) FROM steps GROUP BY step ORDER BY step").fetchall() == [(s, 1) for s in range(STEPS)]
+    assert lake.sql("SELECT max(step - min_policy_version) FROM rollouts").fetchall()[0][0] <= K
+    assert checkpoints.latest(store, RUN).version == STEPS
+
+
+def test_retention_kept_the_newest_and_the_milestones(faulted_run: dict) -> None:
+    versions = checkpoints.list_versions(faulted_run["store"], RUN)
+    # Milestones 0 and 3, the newest two (3 and 4), and at most the one the re-run's server started from.
+    assert {0, 3, STEPS} <= set(versions) and len(set(versions) - {0, 3, STEPS}) <= 1, versions
