@@ -1,4 +1,4 @@
-"""DuckDB over the lake: one connection, four typed views.
+"""DuckDB over the lake: one connection, a typed view per table.
 
     con = connect(open_store("runs"), run="my-run")
     con.sql("SELECT step, avg(reward) FROM rollouts GROUP BY step").show()
@@ -7,6 +7,11 @@ Views are built over an explicit list of complete files whose footers were
 checked, so a corrupt file is reported by name (in `skipped`) and every other
 file stays queryable. S3 goes through s3fs registered as a DuckDB filesystem:
 the httpfs extension is never needed nor downloaded.
+
+Partition keys come from the folder names (hive partitioning, typed BIGINT); in
+files written before schema version 2 the same key is also a column, which the
+folder's value shadows. Columns come in the schema's order, and columns that no
+file has yet (added in a later schema version) are typed nulls.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from storage.errors import CorruptFileError, SchemaVersionError
 from storage.fs import Store
 from storage.layout import GLOBS
 from storage.parquet_io import check_footer
+from storage.partition import PARTITION_KEYS
 from storage.schema import SCHEMAS
 from storage.shards import require_run
 
@@ -40,7 +46,7 @@ class LakeConnection:
 
 
 def connect(store: Store, run: str | None = None) -> LakeConnection:
-    """Views `rollouts`, `steps`, `tasks`, `checkpoints` over one run or all runs."""
+    """Views `rollouts`, `steps`, `tasks`, `checkpoints`, `runs`, `rescores` over one run or all runs."""
     if run is not None:
         require_run(store, run)
     con = duckdb.connect()
@@ -78,15 +84,17 @@ def _complete_files(store: Store, pattern: str, skipped: dict[str, str]) -> list
 
 
 def _create_view(con: duckdb.DuckDBPyConnection, kind: str, urls: list[str]) -> None:
+    # An empty table of the current schema: alone it makes an empty view whose queries
+    # still bind; first in a union by name it fixes the column order and types the
+    # columns older files lack.
+    con.register(f"_empty_{kind}", pa.Table.from_batches([], schema=SCHEMAS[kind]))
     if not urls:
-        # An empty view with the right columns, so queries still bind.
-        empty = pa.Table.from_batches([], schema=SCHEMAS[kind])
-        con.register(f"_empty_{kind}", empty)
         con.execute(f"CREATE VIEW {kind} AS SELECT * FROM _empty_{kind}")
         return
     listing = ", ".join("'" + u.replace("'", "''") + "'" for u in urls)
-    # Columns come from the files (step included), so hive keys need no typing.
+    key = PARTITION_KEYS.get(kind)
+    hive = f"hive_partitioning=true, hive_types={{'{key}': BIGINT}}" if key else "hive_partitioning=false"
     con.execute(
-        f"CREATE VIEW {kind} AS SELECT * FROM read_parquet([{listing}], "
-        "hive_partitioning=false, union_by_name=true)"
+        f"CREATE VIEW {kind} AS SELECT * FROM _empty_{kind} UNION ALL BY NAME "
+        f"SELECT * FROM read_parquet([{listing}], {hive}, union_by_name=true)"
     )
