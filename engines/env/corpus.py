@@ -15,6 +15,7 @@ Imported records need instance_id, repo, patch, FAIL_TO_PASS and a snapshot (a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -63,6 +64,19 @@ def load_corpus(path: str | Path) -> list[Task]:
             row["snapshot_uri"] = str(root / uri)
         tasks.append(Task.from_row(row))
     return tasks
+
+
+def corpus_id(tasks: Iterable[Task]) -> str:
+    """sha256 of the tasks' rows in instance_id order, without snapshot_uri (where a
+    snapshot lies, not what it holds: base_commit is the content hash of the tree), so
+    the same tasks give the same id wherever the corpus is stored."""
+    digest = hashlib.sha256()
+    for task in sorted(tasks, key=lambda t: t.instance_id):
+        row = task.to_row()
+        row.pop("snapshot_uri")
+        digest.update(json.dumps(row, sort_keys=True).encode())
+        digest.update(b"\n")
+    return f"sha256:{digest.hexdigest()}"
 
 
 def export_jsonl(tasks: Iterable[Task], path: str | Path) -> Path:
