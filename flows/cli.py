@@ -120,11 +120,12 @@ def main() -> None:
 
 
 # Subcommands from other modules.
-from flows import lake_cli, run_cli, tasks_cli  # noqa: E402
+from flows import lake_cli, replay_cli, run_cli, tasks_cli  # noqa: E402
 
 run_cli.register(app)
 app.add_typer(tasks_cli.app, name="tasks")
 app.add_typer(lake_cli.app, name="lake")
+app.add_typer(replay_cli.app, name="replay")
 
 if __name__ == "__main__":
     main()

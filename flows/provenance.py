@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from engines.env.corpus import corpus_id, load_corpus
+from engines.env.types import Task
 
 _REPO = Path(__file__).resolve().parents[1]
 
@@ -37,11 +38,15 @@ def code_version() -> str:
         return "unknown"
 
 
-def start_record(config: BaseModel, kind: str, corpus_dir: str | None, **source: Any) -> dict[str, Any]:
-    """A `runs` row for a start of `kind` with `config` (every field, defaults included).
-    `source` holds source_root / source_run / source_steps for replays."""
-    record: dict[str, Any] = {"kind": kind, "config": config.model_dump_json(), "code_version": code_version(), **source}
+def start_record(config: BaseModel, kind: str, corpus_dir: str | None, **extra: Any) -> dict[str, Any]:
+    """A `runs` row for a start of `kind` with `config` (every field, defaults included)
+    and the corpus in `corpus_dir`. `extra` holds other columns: source_root,
+    source_run, source_steps for replays, or corpus_* columns a replay copies."""
+    record: dict[str, Any] = {"kind": kind, "config": config.model_dump_json(), "code_version": code_version()}
     if corpus_dir is not None:
-        tasks = load_corpus(corpus_dir)
-        record.update(corpus_id=corpus_id(tasks), corpus_path=str(corpus_dir), num_tasks=len(tasks))
-    return record
+        record.update(corpus_fields(load_corpus(corpus_dir), corpus_dir))
+    return record | extra
+
+
+def corpus_fields(tasks: list[Task], corpus_path: str | None) -> dict[str, Any]:
+    return {"corpus_id": corpus_id(tasks), "corpus_path": corpus_path, "num_tasks": len(tasks)}

@@ -38,30 +38,32 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_changes(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """`key: stored -> current` for every key that differs, except MAY_DIFFER."""
+def config_changes(stored: dict[str, Any], current: dict[str, Any], may_differ: frozenset[str] = MAY_DIFFER) -> list[str]:
+    """`key: stored -> current` for every key that differs, except `may_differ`."""
     old, new = flatten(stored), flatten(current)
     missing = "(absent)"
     return [
         f"{key}: {json.dumps(old.get(key, missing))} -> {json.dumps(new.get(key, missing))}"
         for key in sorted(old.keys() | new.keys())
-        if key not in MAY_DIFFER and old.get(key, missing) != new.get(key, missing)
+        if key not in may_differ and old.get(key, missing) != new.get(key, missing)
     ]
 
 
-def check_resume(store: Store, run: str, config: BaseModel, allow_change: bool) -> list[str]:
+def check_resume(store: Store, run: str, config: BaseModel, allow_change: bool,
+                 may_differ: frozenset[str] = MAY_DIFFER) -> list[str]:
     """Refuse to resume `run` with a configuration other than its stored one; returns
-    the differences that `allow_change` let through (empty for a new or matching run)."""
+    the differences that `allow_change` let through (empty for a new or matching run).
+    `may_differ`: keys that never count (the step count of the run's kind)."""
     previous = runs.latest_start(store, run)
     if previous is None or not previous.get("config"):
         return []
-    changes = config_changes(json.loads(previous["config"]), json.loads(config.model_dump_json()))
+    changes = config_changes(json.loads(previous["config"]), json.loads(config.model_dump_json()), may_differ)
     if changes and not allow_change:
         listing = "\n".join(f"  - {c}" for c in changes)
         raise ConfigChangedError(
             f"run {run!r} under {store.display} was started with another configuration; "
             f"{len(changes)} key{'s differ' if len(changes) > 1 else ' differs'} (stored -> now):\n{listing}\n"
-            "Use a new run name (--run NAME) for a new experiment, change only rl.steps to resume it, "
-            "or pass --allow_config_change true to continue it with the new values anyway."
+            f"Use a new run name (--run NAME) for a new experiment, change only {' or '.join(sorted(may_differ - {'allow_config_change'}))} "
+            "to resume it, or pass --allow_config_change true to continue it with the new values anyway."
         )
     return changes
