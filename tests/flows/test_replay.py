@@ -32,11 +32,18 @@ def tandem(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, int]:
+    """A finished run 'src' of graded micro-task episodes: (lake root, corpus, episodes)."""
+    base = tmp_path_factory.mktemp("graded")
+    root, corpus = str(base / "lake"), base / "corpus"
+    return root, corpus, graded_run(root, "src", corpus)
+
+
 @pytest.mark.sandbox
 @pytest.mark.prefect
-def test_rescore_agrees_with_stored_rewards_on_every_episode(tmp_path, prefect_server) -> None:
-    root = str(tmp_path / "lake")
-    episodes = graded_run(root, "src", tmp_path / "corpus")
+def test_rescore_agrees_with_stored_rewards_on_every_episode(graded, prefect_server) -> None:
+    root, _, episodes = graded
     before = tree_digest(Path(root) / "src")
     done = tandem(prefect_server, "replay", "rescore", "--source_run", "src", "--run", "src-regraded", "--storage.root", root)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -50,15 +57,14 @@ def test_rescore_agrees_with_stored_rewards_on_every_episode(tmp_path, prefect_s
 
 
 @pytest.mark.sandbox
-def test_a_changed_stored_reward_is_reported_as_a_disagreement(tmp_path) -> None:
-    root = str(tmp_path / "lake")
-    graded_run(root, "src", tmp_path / "corpus", steps=1)
+def test_a_changed_stored_reward_is_reported_as_a_disagreement(graded) -> None:
+    root, corpus, _ = graded
     store = open_store(root)
     stored = shards.read_step(store, "src", 0)
     flipped = stored.column("reward").to_pylist()
     flipped[0] = 1.0 - flipped[0]
     stored = stored.set_column(stored.schema.get_field_index("reward"), "reward", [flipped])
-    tasks = {t.instance_id: t for t in run_tasks(store, "src", str(tmp_path / "corpus"))}
+    tasks = {t.instance_id: t for t in run_tasks(store, "src", str(corpus))}
     with GradingPool(EnvConfig(workers=2)) as grader:
         table = rescore_episodes(grader, GradeCache(), tasks, stored, "check", "src", 0)
     a = agreement(table)
@@ -94,3 +100,14 @@ def test_replay_train_leaves_the_source_byte_identical(tmp_path, prefect_server,
     v2 = load_file(f"{checkpoints.get(store, 'src-lr', 2).uri}/model.safetensors")
     v0 = load_file(f"{tiny_model_dir}/model.safetensors")
     assert any(not torch.equal(v2[k], v0[k]) for k in v0)
+
+
+def test_each_replay_has_a_deployment_whose_flow_loads() -> None:
+    import yaml
+    from prefect.flows import load_flow_from_entrypoint
+
+    deployments = {d["entrypoint"]: d for d in yaml.safe_load((REPO / "prefect.yaml").read_text())["deployments"]}
+    for entrypoint, name in (("flows/replay.py:replay_rescore", "replay-rescore"), ("flows/replay.py:replay_train", "replay-train")):
+        assert entrypoint in deployments, f"prefect.yaml has no deployment of {entrypoint}"
+        flow = load_flow_from_entrypoint(str(REPO / entrypoint))
+        assert flow.name == name and "config" in flow.parameters.properties
