@@ -44,13 +44,9 @@ def read_table(store: Store, path: str) -> pa.Table:
     return conform(restore_key(table, kind, path), kind)
 
 
-def check_footer(store: Store, path: str) -> None:
-    """Read only the footer: cheap proof that a file is complete Parquet of a known version."""
-    read_footer_version(store, path)
-
-
 def read_footer_version(store: Store, path: str) -> int:
-    """The schema version in a file's footer; CorruptFileError or SchemaVersionError if unusable."""
+    """Read only the footer: cheap proof that a file is complete Parquet of a known
+    version, which it returns; CorruptFileError or SchemaVersionError if unusable."""
 
     def read_footer() -> pq.FileMetaData:
         with store.fs.open(path, "rb") as f:
