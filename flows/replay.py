@@ -69,7 +69,8 @@ def replay_train(config: ReplayTrainConfig) -> dict[str, Any]:
         "model_path": config.model_path or checkpoints.get(store, config.source_run, 0).uri,
         "steps": len(steps),
     })
-    for change in check_resume(store, resolved.run, resolved, config.allow_config_change, frozenset({"steps", "allow_config_change"})):
+    may_differ = frozenset({"steps", "allow_config_change"})
+    for change in check_resume(store, resolved.run, resolved, config.allow_config_change, may_differ):
         print(f"[replay] resuming {resolved.run} with a changed configuration: {change}")
     corpus = {k: source.get(k) for k in ("corpus_id", "corpus_path", "num_tasks")}
     runs.record_start(store, resolved.run, start_record(resolved, "replay-train", None, **corpus,

@@ -59,11 +59,12 @@ def check_resume(store: Store, run: str, config: BaseModel, allow_change: bool,
         return []
     changes = config_changes(json.loads(previous["config"]), json.loads(config.model_dump_json()), may_differ)
     if changes and not allow_change:
+        steps = " or ".join(sorted(may_differ - {"allow_config_change"}))
         listing = "\n".join(f"  - {c}" for c in changes)
         raise ConfigChangedError(
             f"run {run!r} under {store.display} was started with another configuration; "
             f"{len(changes)} key{'s differ' if len(changes) > 1 else ' differs'} (stored -> now):\n{listing}\n"
-            f"Use a new run name (--run NAME) for a new experiment, change only {' or '.join(sorted(may_differ - {'allow_config_change'}))} "
-            "to resume it, or pass --allow_config_change true to continue it with the new values anyway."
+            f"Use a new run name (--run NAME) for a new experiment, change only {steps} to resume it, "
+            "or pass --allow_config_change true to continue it with the new values anyway."
         )
     return changes
