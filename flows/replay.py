@@ -38,6 +38,7 @@ from tasks.replay import rescore_step
 @flow(name="replay-rescore", log_prints=True)
 def replay_rescore(config: RescoreConfig) -> dict[str, Any]:
     store = open_store(config.storage)
+    shards.require_run(store, config.source_run)  # names the runs that exist
     source = runs.latest_start(store, config.source_run) or {}
     tasks = run_tasks(store, config.source_run, config.corpus_path or source.get("corpus_path"))
     _check_corpus(tasks, source, config.source_run)
@@ -62,6 +63,7 @@ def replay_rescore(config: RescoreConfig) -> dict[str, Any]:
 def replay_train(config: ReplayTrainConfig) -> dict[str, Any]:
     ensure_limits()  # the trainer lane takes a slot of the training limit
     store = open_store(config.storage)
+    shards.require_run(store, config.source_run)
     source = runs.latest_start(store, config.source_run) or {}
     steps = _source_steps(store, config)
     resolved = config.model_copy(update={
