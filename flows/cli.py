@@ -51,7 +51,7 @@ def _root() -> None:
 
 @app.command("query")
 def query_command(
-    sql: Annotated[str, typer.Argument(help="SQL over the views rollouts, steps, tasks and checkpoints.")],
+    sql: Annotated[str, typer.Argument(help="SQL over the views rollouts, steps, tasks, checkpoints, runs and rescores.")],
     run: Annotated[str | None, typer.Option("--run", help="Only this run (default: every run under the root).")] = None,
     root: Annotated[
         str,
@@ -120,10 +120,12 @@ def main() -> None:
 
 
 # Subcommands from other modules.
-from flows import run_cli, tasks_cli  # noqa: E402
+from flows import lake_cli, replay_cli, run_cli, tasks_cli  # noqa: E402
 
 run_cli.register(app)
 app.add_typer(tasks_cli.app, name="tasks")
+app.add_typer(lake_cli.app, name="lake")
+app.add_typer(replay_cli.app, name="replay")
 
 if __name__ == "__main__":
     main()

@@ -5,8 +5,10 @@
 The rollout lane runs here (it owns the vLLM servers); the trainer lane is a
 separate flow run in a child process. They meet only through the lake: the
 rollout lane writes step shards, the trainer publishes weight versions, and the
-staleness bound decides when the rollout lane may go on. Re-running a run with the
-same name resumes it.
+staleness bound decides when the rollout lane may go on. Every start records its
+resolved configuration, code version and corpus in the run's `runs` table; re-running
+a run with the same name resumes it when the configuration matches the stored one
+(flows/resume.py).
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ from flows.artifacts import publish_step_artifacts, publish_summary
 from flows.comparison import heldout_comparison
 from flows.lane_process import TrainerProcess
 from flows.prefect_setup import ensure_limits
+from flows.provenance import start_record
+from flows.resume import check_resume
 from flows.rollout_lane import rollout_lane
 from flows.run_config import RunConfig
 from flows.runtime import work_dir
 from flows.sft import warm_start
+from storage import runs
 from storage.fs import open_store
 from storage.query import connect
 from tasks.corpus import prepare_micro_corpus, use_corpus
@@ -37,8 +42,11 @@ async def rl(config: RunConfig = RunConfig()) -> dict[str, Any]:
     started = time.monotonic()
     ensure_limits()  # a limit that does not exist would be skipped with only a warning
     store = open_store(config.storage)
+    for change in check_resume(store, config.run, config, config.allow_config_change):
+        print(f"[tandem] resuming {config.run} with a changed configuration: {change}")
     work = work_dir(config)
     corpus = _prepare_tasks(config, store, str(work / "corpus"))
+    runs.record_start(store, config.run, start_record(config, "rl", corpus))
     v0 = warm_start(config, corpus)
     trainer = TrainerProcess(
         LaneConfig(model_dir=v0, storage=config.storage, run=config.run, first_step=0, num_steps=config.rl.steps,

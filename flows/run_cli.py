@@ -34,8 +34,17 @@ def run_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     from flows.prefect_api import prefect_api
+    from flows.resume import ConfigChangedError, check_resume
     from flows.rl import rl
+    from storage.errors import StorageError
+    from storage.fs import open_store
 
+    try:  # refused here as one message, before a Prefect server starts
+        check_resume(open_store(cfg.storage), cfg.run, cfg, cfg.allow_config_change)
+    except (ConfigChangedError, StorageError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"[tandem] run {cfg.run} under {cfg.storage.root}")
     # TANDEM_PREFECT_HOME: where the embedded server keeps its database (tests use their own).
     with prefect_api(os.environ.get("TANDEM_PREFECT_HOME")):
         summary = asyncio.run(rl(cfg))

@@ -10,6 +10,8 @@ does not exist.
 from __future__ import annotations
 
 import os
+import secrets
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -186,12 +188,26 @@ class RetentionConfig(BaseModel):
         return self.keep_last if self.keep_last is not None else async_level + 1
 
 
+def unique_run_name() -> str:
+    """tiny-moe-<date>-<time>-<4 hex>: a new name per run, so two runs never share a folder by accident."""
+    return f"tiny-moe-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
 class RunConfig(BaseModel):
     """A whole asynchronous RL run."""
 
     model_config = ConfigDict(extra="forbid")
 
-    run: str = Field("tiny-moe", description="Run name: the folder under storage.root holding everything of the run.")
+    run: str = Field(
+        default_factory=unique_run_name,
+        description="Run name: the folder under storage.root holding everything of the run. Default: a new "
+        "name per run (tiny-moe-<date>-<time>-<hex>); give an existing run's name to resume it.",
+    )
+    allow_config_change: bool = Field(
+        False,
+        description="Resume a run even when this configuration differs from the one stored at its start "
+        "(only rl.steps may differ otherwise; the differing keys are listed and the run is refused).",
+    )
     storage: StorageConfig = Field(default_factory=StorageConfig, description="Where trajectories, metrics and weights go.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="Starting weights.")
     tasks: TaskSetConfig = Field(default_factory=TaskSetConfig, description="Training and held-out tasks.")

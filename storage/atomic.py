@@ -1,8 +1,10 @@
 """The one way this project writes a file: whole or not at all.
 
-Local disk: write a hidden temp file in the target directory, fsync it, rename it
-over the target, fsync the directory. A crash leaves at most a hidden `.tmp` file
-that no glob of `*.parquet` matches.
+Local disk: write a temp file under `<root>/.tmp/`, fsync it, rename it over the
+target, fsync the target's directory. The temp file lives outside the table folders
+because readers that open a whole folder (polars) refuse one that holds a file of
+another kind, and a crash may leave a temp file behind; `<root>/.tmp` is on the
+same filesystem as the target, so the rename stays atomic.
 S3: a PUT (or a completed multipart upload) is atomic by the protocol; an upload
 interrupted before completion never creates the object.
 Either way a rewrite of the same name replaces the old content, so retries never
@@ -16,21 +18,24 @@ import uuid
 
 from storage.fs import Store
 
+TMP_DIR = ".tmp"  # under the root; list_runs skips names starting with '.'
+
 
 def write_bytes_atomic(store: Store, relpath: str, data: bytes) -> str:
     """Write `data` to `relpath` under the store root atomically; returns the path."""
     target = store.path(relpath)
     if store.protocol == "file":
-        _write_local(target, data)
+        _write_local(target, data, store.path(TMP_DIR))
     else:
         store.call(f"write {store.url(relpath)}", lambda: store.fs.pipe_file(target, data))
     return target
 
 
-def _write_local(target: str, data: bytes) -> None:
+def _write_local(target: str, data: bytes, tmp_dir: str) -> None:
     directory = os.path.dirname(target)
     os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
+    os.makedirs(tmp_dir, exist_ok=True)
+    tmp = os.path.join(tmp_dir, f"{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
     try:
         with open(tmp, "wb") as f:
             f.write(data)

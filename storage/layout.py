@@ -5,6 +5,12 @@
     <root>/<run>/tasks/<name>.parquet                the task corpus the run used
     <root>/<run>/checkpoints/version=<v>/record.parquet   one row per weight version
     <root>/<run>/weights/v<v>/                       the weights a record points to
+    <root>/<run>/runs/start-<n>.parquet              one row per start: config, code version, corpus, source
+    <root>/<run>/rescores/step=<n>/scores.parquet    a replay's re-grades of a source run's episodes
+
+Partition keys (`step=`, `version=`) are in the folder names only, not in the files
+(storage/partition.py), so pandas, pyarrow, polars and DuckDB open a table's folder
+with their defaults.
 """
 
 from __future__ import annotations
@@ -48,6 +54,14 @@ def checkpoint_record(run: str, version: int) -> str:
     return f"{check_name('run', run)}/checkpoints/version={int(version)}/record.parquet"
 
 
+def run_start(run: str, start: int) -> str:
+    return f"{check_name('run', run)}/runs/start-{int(start):04d}.parquet"
+
+
+def rescore_file(run: str, step: int) -> str:
+    return f"{check_name('run', run)}/rescores/step={int(step)}/scores.parquet"
+
+
 def weights_dir(run: str, version: int) -> str:
     return f"{check_name('run', run)}/weights/v{int(version)}"
 
@@ -59,6 +73,8 @@ GLOBS = {
     "steps": "{run}/steps/step=*/metrics.parquet",
     "tasks": "{run}/tasks/*.parquet",
     "checkpoints": "{run}/checkpoints/version=*/record.parquet",
+    "runs": "{run}/runs/start-*.parquet",
+    "rescores": "{run}/rescores/step=*/scores.parquet",
 }
 
 STEP_RE = re.compile(r"/step=(\d+)(?:/|$)")

@@ -1,4 +1,4 @@
-"""Arrow schemas of the lake's four tables, and their version check.
+"""Arrow schemas of the lake's tables, and their version check.
 
 Every file carries `tandem.table` and `tandem.schema_version` in its Parquet
 metadata. Readers accept any version up to `SCHEMA_VERSION` and refuse newer ones,
@@ -12,7 +12,9 @@ import pyarrow as pa
 
 from storage.errors import SchemaVersionError
 
-SCHEMA_VERSION = 1
+# 1: first release. 2: hive partition keys only in folder names (storage/partition.py);
+# rollouts gain `patch`; new tables `runs` and `rescores`.
+SCHEMA_VERSION = 2
 TABLE_KEY = b"tandem.table"
 VERSION_KEY = b"tandem.schema_version"
 
@@ -54,6 +56,7 @@ ROLLOUTS = _schema(
         _f("p2p_passed", pa.int32(), "PASS_TO_PASS tests passing after the patch"),
         _f("p2p_total", pa.int32(), "PASS_TO_PASS tests of the task"),
         _f("test_report", pa.string(), "JSON: test id -> status, from the grader"),
+        _f("patch", pa.string(), "the agent's final patch (unified diff) that was graded; null before schema version 2"),
         _f("num_turns", pa.int32(), "model turns in the episode"),
         _f("finish_reason", pa.dictionary(pa.int32(), pa.string()), "submitted | max_turns | max_tokens | timeout | error"),
         _f("generation_s", pa.float64(), "seconds spent generating"),
@@ -125,11 +128,56 @@ CHECKPOINTS = _schema(
     ],
 )
 
+RUNS = _schema(
+    "runs",
+    [
+        _f("run_id", pa.string(), "run name", nullable=False),
+        _f("start", pa.int64(), "0 for the run's first start, then one more per resume", nullable=False),
+        _f("kind", pa.string(), "rl | replay-train | rescore"),
+        _f("started_at", _TS, "when this start began (UTC)"),
+        _f("config", pa.string(), "JSON: the resolved configuration of this start (every field, defaults included)"),
+        _f("code_version", pa.string(), "git:<commit>[+dirty] of the checkout, else tandem-rl <package version>"),
+        _f("corpus_id", pa.string(), "sha256 of the task corpus's rows (same tasks -> same id, wherever stored)"),
+        _f("corpus_path", pa.string(), "where the corpus was read from"),
+        _f("num_tasks", pa.int64(), "tasks in the corpus"),
+        _f("source_root", pa.string(), "lake root of the run whose trajectories this run reuses (replays)"),
+        _f("source_run", pa.string(), "run whose trajectories this run reuses; null for a run that generated its own"),
+        _f("source_steps", pa.list_(pa.int64()), "steps of source_run this run reads"),
+    ],
+)
+
+RESCORES = _schema(
+    "rescores",
+    [
+        _f("run_id", pa.string(), "the rescore run's name", nullable=False),
+        _f("step", pa.int64(), "step of the source run the episode belongs to", nullable=False),
+        _f("source_run", pa.string(), "run whose stored patches were re-graded", nullable=False),
+        _f("task_id", pa.string(), "task instance id"),
+        _f("group_id", pa.string(), "group of the episode in the source run"),
+        _f("sample_index", pa.int32(), "index of the episode within its group"),
+        _f("stored_reward", pa.float64(), "reward stored by the source run (NaN: infrastructure failure)"),
+        _f("stored_resolved", pa.bool_(), "resolved as stored by the source run"),
+        _f("reward", pa.float64(), "reward from the current grader (NaN: infrastructure failure)"),
+        _f("resolved", pa.bool_(), "resolved according to the current grader"),
+        _f("f2p_passed", pa.int32(), "FAIL_TO_PASS tests passing now"),
+        _f("f2p_total", pa.int32(), "FAIL_TO_PASS tests of the task"),
+        _f("p2p_passed", pa.int32(), "PASS_TO_PASS tests passing now"),
+        _f("p2p_total", pa.int32(), "PASS_TO_PASS tests of the task"),
+        _f("test_report", pa.string(), "JSON: test id -> status, from the current grader"),
+        _f("agrees", pa.bool_(), "reward equals stored_reward (both NaN counts as agreeing)"),
+        _f("infra_failure", pa.bool_(), "the harness failed while re-grading"),
+        _f("infra_message", pa.string(), "what failed in the harness"),
+        _f("grading_s", pa.float64(), "seconds spent re-grading"),
+    ],
+)
+
 SCHEMAS: dict[str, pa.Schema] = {
     "rollouts": ROLLOUTS,
     "steps": STEPS,
     "tasks": TASKS,
     "checkpoints": CHECKPOINTS,
+    "runs": RUNS,
+    "rescores": RESCORES,
 }
 
 

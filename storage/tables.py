@@ -1,4 +1,4 @@
-"""The small tables beside the rollouts: per-step metrics and the task corpus."""
+"""The small tables beside the rollouts: per-step metrics, the task corpus, re-grades."""
 
 from __future__ import annotations
 
@@ -35,3 +35,8 @@ def write_step_metrics(store: Store, run: str, step: int, metrics: dict[str, Any
 def write_tasks(store: Store, run: str, tasks: pa.Table, name: str = "corpus") -> str:
     """Copy of the task corpus a run uses, so queries can join episodes to tasks."""
     return write_table(store, layout.tasks_file(run, name), tasks, "tasks")
+
+
+def write_rescores(store: Store, run: str, step: int, table: pa.Table) -> str:
+    """Re-grades of one source step's episodes (storage.schema.RESCORES), in run `run`."""
+    return write_table(store, layout.rescore_file(run, step), table, "rescores")

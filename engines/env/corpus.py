@@ -15,6 +15,7 @@ Imported records need instance_id, repo, patch, FAIL_TO_PASS and a snapshot (a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -26,7 +27,8 @@ import pyarrow as pa
 from engines.env.errors import TaskError
 from engines.env.types import Task
 from engines.env.workspace import base_files, tree_hash
-from storage.fs import open_store
+from storage import layout
+from storage.fs import Store, open_store
 from storage.parquet_io import read_table, write_table
 from storage.schema import TASKS
 
@@ -63,6 +65,41 @@ def load_corpus(path: str | Path) -> list[Task]:
             row["snapshot_uri"] = str(root / uri)
         tasks.append(Task.from_row(row))
     return tasks
+
+
+def run_tasks(store: Store, run: str, corpus_path: str | None = None) -> list[Task]:
+    """The tasks a run stored beside its rollouts (`<run>/tasks/*.parquet`). Snapshot
+    paths there are relative to the corpus the run read; `corpus_path` (a directory)
+    makes them absolute. Micro tasks carry their files inline and need none."""
+    pattern = store.path(layout.GLOBS["tasks"].format(run=layout.check_name("run", run)))
+    files = sorted(store.call("list tasks", lambda: store.fs.glob(pattern)))
+    if not files:
+        raise FileNotFoundError(f"run {run!r} under {store.display} stored no tasks (expected {pattern})")
+    tasks = []
+    for file in files:
+        for row in read_table(store, file).to_pylist():
+            uri = row.get("snapshot_uri") or ""
+            if uri and not os.path.isabs(uri) and "://" not in uri:
+                if corpus_path is None:
+                    raise FileNotFoundError(
+                        f"task {row['instance_id']} of run {run!r} needs its corpus's snapshots ({uri}): "
+                        "give the corpus directory the run used")
+                row["snapshot_uri"] = str(Path(corpus_path).resolve() / uri)
+            tasks.append(Task.from_row(row))
+    return tasks
+
+
+def corpus_id(tasks: Iterable[Task]) -> str:
+    """sha256 of the tasks' rows in instance_id order, without snapshot_uri (where a
+    snapshot lies, not what it holds: base_commit is the content hash of the tree), so
+    the same tasks give the same id wherever the corpus is stored."""
+    digest = hashlib.sha256()
+    for task in sorted(tasks, key=lambda t: t.instance_id):
+        row = task.to_row()
+        row.pop("snapshot_uri")
+        digest.update(json.dumps(row, sort_keys=True).encode())
+        digest.update(b"\n")
+    return f"sha256:{digest.hexdigest()}"
 
 
 def export_jsonl(tasks: Iterable[Task], path: str | Path) -> Path:

@@ -60,6 +60,11 @@ class LaneConfig(BaseModel):
     model_dir: str = Field(..., description="Starting weights: a local HF model dir or s3:// URL (e.g. the SFT export).")
     storage: StorageConfig = Field(default_factory=StorageConfig, description="The lake holding the run.")
     run: str = Field(..., description="Run name (rollouts are read from and weights published under it).")
+    source_run: str | None = Field(
+        None,
+        description="Read each step's rollouts from this run instead (a replay: train a new run on stored "
+        "trajectories). Weights, metrics and state still go to `run`; the source is only read.",
+    )
     first_step: int = Field(0, ge=0, description="First step to train (ignored when a saved state is newer).")
     num_steps: int = Field(..., ge=1, description="Train steps first_step .. first_step + num_steps - 1.")
     state_dir: str | None = Field(
@@ -80,6 +85,11 @@ class LaneConfig(BaseModel):
             raise ValueError("state_dir: the storage root is s3://; give a local directory for the trainer state")
         return self
 
+    @property
+    def rollouts_run(self) -> str:
+        """The run whose rollouts the lane trains on."""
+        return self.source_run or self.run
+
     def state_path(self) -> Path:
         return Path(self.state_dir) if self.state_dir else Path(self.storage.root).absolute() / self.run / "trainer_state"
 
@@ -93,10 +103,10 @@ def step_complete(store: Store, run: str, step: int, completion: str = "final_sh
 
 def wait_for_step(store: Store, cfg: LaneConfig, step: int) -> None:
     deadline = time.monotonic() + cfg.wait_timeout_s
-    while not step_complete(store, cfg.run, step, cfg.completion):
+    while not step_complete(store, cfg.rollouts_run, step, cfg.completion):
         if time.monotonic() > deadline:
             raise TimeoutError(
-                f"rollouts of step {step} of run {cfg.run!r} under {store.display} were not complete after "
+                f"rollouts of step {step} of run {cfg.rollouts_run!r} under {store.display} were not complete after "
                 f"{cfg.wait_timeout_s:.0f} s (waiting for shard {COMPLETE_SHARD!r}): is the rollout lane running?"
             )
         time.sleep(cfg.poll_interval_s)
@@ -147,7 +157,7 @@ class TrainerLane:
         if step != self.next_step:
             raise ValueError(f"trainer lane expects step {self.next_step} next, got {step}")
         cfg, store = self.cfg, self.store
-        episodes = shards.read_step(store, cfg.run, step)
+        episodes = shards.read_step(store, cfg.rollouts_run, step)
         t0 = time.perf_counter()
         metrics = rl_step(self.trainee, episodes, cfg.trainer)
         metrics["training_s"] = time.perf_counter() - t0

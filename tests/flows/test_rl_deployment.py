@@ -6,6 +6,7 @@ with every step's shard present exactly once."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -128,3 +129,8 @@ def test_deployed_run_survives_a_killed_trainer_lane(worker, tmp_path):
     stale = lake.sql("SELECT max(step - min_policy_version) FROM rollouts").fetchall()[0][0]
     assert stale <= 1
     assert checkpoints.latest(store, "deployed").version == STEPS
+    # Reproducible from the lake: the start's config, code version and corpus, and every episode's patch.
+    (kind, config, code, corpus), = lake.sql("SELECT kind, config, code_version, corpus_id FROM runs").fetchall()
+    assert kind == "rl" and json.loads(config)["rl"]["steps"] == STEPS and code.startswith(("git:", "tandem-rl "))
+    assert corpus.startswith("sha256:")
+    assert lake.sql("SELECT count(*) FROM rollouts WHERE patch IS NULL AND NOT infra_failure").fetchall() == [(0,)]

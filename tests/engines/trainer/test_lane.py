@@ -41,10 +41,11 @@ def _weights(cfg, version):
 
 
 def _steps_table(cfg):
-    import pyarrow.parquet as pq
+    from storage.parquet_io import read_table
 
     files = sorted((Path(cfg.storage.root) / cfg.run / "steps").glob("step=*/metrics.parquet"))
-    return pa.concat_tables([pq.read_table(f) for f in files]).sort_by("step")
+    store = open_store(cfg.storage)
+    return pa.concat_tables([read_table(store, str(f)) for f in files]).sort_by("step")
 
 
 def test_lane_trains_publishes_and_records_metrics(tiny_model, tiny_model_dir, tmp_path):
