@@ -29,7 +29,8 @@ def heldout_comparison(before: dict[str, Any], after: dict[str, Any], k: int) ->
         rows["tasks newly solved / lost"] = f"{fixed} / {lost}"
         rows["p-value (exact McNemar, paired)"] = float(f"{p:.3g}")
         rows["verdict"] = _verdict(gain, p)
-    for key in ("first_attempt_pass@1", "mean_attempts", "retry_repeat_rate", "pass@1_sampled", f"pass@{k}"):
+    sampled = ("pass@1_sampled", f"pass@{k}") if k > 1 else ("pass@1_sampled",)
+    for key in ("first_attempt_pass@1", "mean_attempts", "retry_repeat_rate", *sampled):
         if key in before and key in after:
             rows[f"{key} before / after"] = f"{before[key]:.3f} / {after[key]:.3f}"
     rows["held-out tasks"] = after["tasks"]

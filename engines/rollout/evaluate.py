@@ -34,8 +34,10 @@ class EvalResult:
     solved: tuple[str, ...] = ()  # task ids greedy solved (for paired comparisons)
 
     def as_dict(self) -> dict[str, float | int | str | list[str]]:
-        return {"pass@1": self.pass_at_1, f"pass@{self.k}": self.pass_at_k,
-                "pass@1_sampled": self.pass_at_1_sampled, "first_attempt_pass@1": self.first_attempt_pass_at_1,
+        # pass@k only for k > 1: with one sample it is pass@1_sampled, and under the key
+        # "pass@1" it would overwrite the greedy result.
+        at_k = {f"pass@{self.k}": self.pass_at_k} if self.k > 1 else {}
+        return {"pass@1": self.pass_at_1, **at_k, "pass@1_sampled": self.pass_at_1_sampled, "first_attempt_pass@1": self.first_attempt_pass_at_1,
                 "mean_attempts": self.mean_attempts, "retry_repeat_rate": self.retry_repeat_rate,
                 "tasks": self.tasks, "version": self.version, "infra_failures": self.infra_failures,
                 "infra_example": self.infra_example, "solved": list(self.solved)}
