@@ -52,10 +52,7 @@ def make_trainee(model: nn.Module, cfg: TrainerConfig, accelerator: Accelerator)
 
 def ddp_trainee(model: nn.Module, cfg: TrainerConfig, accelerator: Accelerator) -> Trainee:
     """Wrap `model` for data parallel training (DDP when world > 1) with AdamW."""
-    if cfg.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if cfg.compile:
-        model.compile()
+    parallelize(model, cfg, None)  # activation checkpointing and compile only
     opt, sched = make_optimizer(model, cfg)
     wrapped, opt = accelerator.prepare(model, opt)
     # The scheduler is not prepared: Accelerate's wrapper would step it once per process.

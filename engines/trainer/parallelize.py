@@ -5,7 +5,7 @@ stock transformers MoE model, in one stated order (torchtitan's deepseek_v3
 1. expert parallel (fsdp2_ep): slice the routed experts over the expert-parallel group
    and hook in the all-to-all token exchange (expert_parallel.py). First, because it
    changes which expert weights a rank holds: everything after works on local slices.
-2. activation checkpointing: transformers' own `gradient_checkpointing_enable` (each
+2. activation checkpointing: transformers' own `activation_checkpointing_enable` (each
    decoder layer is a GradientCheckpointingLayer; non-reentrant, so the EP exchange
    and FSDP's hooks simply run again in the recompute, in the same order on every
    rank). Before compile and FSDP, so both see the checkpointed layers.
@@ -78,14 +78,15 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     return layers
 
 
-def parallelize(model: nn.Module, cfg: TrainerConfig, meshes: Meshes) -> ExpertParallel | None:
+def parallelize(model: nn.Module, cfg: TrainerConfig, meshes: Meshes | None) -> ExpertParallel | None:
     """Apply cfg's parallelism to `model` in place (order in the module docstring).
-    Returns where the experts went (None without expert parallel)."""
+    Returns where the experts went (None without expert parallel). Under ddp
+    (`meshes` None) only checkpointing and compile apply; Accelerate wraps DDP after."""
     ep = None
     if cfg.parallelism == "fsdp2_ep":
         ep = apply_expert_parallel(model, meshes.ep.get_group())
     if cfg.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     if cfg.compile:
         for layer in decoder_layers(model):
             layer.compile()

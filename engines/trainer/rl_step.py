@@ -90,21 +90,22 @@ def use_routes(batch: Batch, cfg: TrainerConfig) -> torch.Tensor | None:
 
 
 def forward_logprobs(trainee: Trainee, batch: Batch, cfg: TrainerConfig, need_router_logits: bool = False):
-    """Trainer logprobs and entropies [R, L] of `batch`'s targets, and router logits."""
+    """Trainer logprobs and entropies [R, L] of `batch`'s targets, and router logits.
+
+    The batch's routes stay set after the forward: activation checkpointing recomputes
+    each layer during backward, which must replay the same routes. The caller clears
+    them (`replay.set_routes(None)`) once backward has run."""
     trainee.replay.set_routes(use_routes(batch, cfg))
     # Under context parallel the rows are shards of longer sequences: an explicit
     # all-ones mask keeps transformers from reading their positions as packed episodes.
     mask = torch.ones_like(batch.input_ids) if trainee.sequence_context is not None else None
-    try:
-        out = trainee.model(
-            input_ids=batch.input_ids,
-            position_ids=batch.position_ids,
-            attention_mask=mask,
-            use_cache=False,
-            output_router_logits=need_router_logits,
-        )
-    finally:
-        trainee.replay.set_routes(None)
+    out = trainee.model(
+        input_ids=batch.input_ids,
+        position_ids=batch.position_ids,
+        attention_mask=mask,
+        use_cache=False,
+        output_router_logits=need_router_logits,
+    )
     lp, entropy = token_logprobs(out.logits, batch.targets, cfg.temperature)
     return lp, entropy, (out.router_logits if need_router_logits else None)
 
@@ -141,6 +142,15 @@ def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> float:
             for g in grads:
                 g.mul_(scale)
     return norm
+
+
+@contextlib.contextmanager
+def _routes_cleared(trainee: Trainee):
+    """Replayed routes live from a micro-batch's forward to the end of its backward."""
+    try:
+        yield
+    finally:
+        trainee.replay.set_routes(None)
 
 
 def _micro_batches(episodes: list[Episode], cfg: TrainerConfig) -> list[Batch]:
@@ -188,7 +198,7 @@ def rl_step(trainee: Trainee, episodes: pa.Table, cfg: TrainerConfig) -> dict[st
         last = i == steps - 1
         ctx = contextlib.nullcontext() if last else trainee.no_sync()
         seq = contextlib.nullcontext(mb) if trainee.sequence_context is None else trainee.sequence_context(mb)
-        with ctx, seq as mb:
+        with ctx, seq as mb, _routes_cleared(trainee):
             lp, ent, router_logits = forward_logprobs(trainee, mb, cfg, need_router_logits=cfg.aux_loss_coef > 0)
             s = rl_loss_sums(lp, mb.inference_logprobs, mb.advantages, mb.loss_mask, cfg)
             # DDP/FSDP average gradients over ranks: scale by world so the result is the
