@@ -66,21 +66,24 @@ def ddp_trainee(model: nn.Module, cfg: TrainerConfig, accelerator: Accelerator) 
         replay=RouterReplay(module, replay=cfg.router_replay != "off"),
         rank=accelerator.process_index,
         world=accelerator.num_processes,
+        device=accelerator.device,
         backward=accelerator.backward,
         no_sync=lambda: accelerator.no_sync(wrapped),
-        all_sum=lambda t: accelerator.reduce(t, "sum"),
+        # NCCL reduces device tensors only: metrics go to the rank's device and back.
+        all_sum=lambda t: accelerator.reduce(t.to(accelerator.device), "sum").cpu(),
     )
 
 
-def _all_sum(t: torch.Tensor) -> torch.Tensor:
-    t = t.clone()
+def _all_sum(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    t = t.to(device, copy=True)  # NCCL reduces device tensors only
     dist.all_reduce(t)
-    return t
+    return t.cpu()
 
 
 def sharded_trainee(model: nn.Module, cfg: TrainerConfig, accelerator: Accelerator) -> Trainee:
     """FSDP2 (and expert parallel) through `parallelize`, over the launched ranks."""
     meshes = build_meshes(cfg, accelerator.device.type)
+    model.to(accelerator.device)
     replay = RouterReplay(model, replay=cfg.router_replay != "off")  # hooks on routers, before FSDP wraps
     ep = parallelize(model, cfg, meshes)
     opt, sched = make_optimizer(model, cfg)
@@ -93,7 +96,8 @@ def sharded_trainee(model: nn.Module, cfg: TrainerConfig, accelerator: Accelerat
         seq = partial(sharded_sequences, meshes.cp)
     return Trainee(
         model=model, module=model, optimizer=opt, scheduler=sched, replay=replay,
-        rank=dist.get_rank(), world=dist.get_world_size(), all_sum=_all_sum,
+        rank=dist.get_rank(), world=dist.get_world_size(), device=accelerator.device,
+        all_sum=partial(_all_sum, device=accelerator.device),
         dp_rank=meshes.dp_rank, dp_world=meshes.dp_size,
         clip=partial(clip_sharded, model, ep), sequence_context=seq,
         full_state=partial(full_state_dict, model, ep),

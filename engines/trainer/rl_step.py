@@ -40,6 +40,7 @@ class Trainee:
     replay: RouterReplay
     rank: int = 0
     world: int = 1
+    device: torch.device = torch.device("cpu")  # where the model computes; batches are moved there
     backward: Callable[[torch.Tensor], None] = field(default=lambda loss: loss.backward())
     no_sync: Callable[[], contextlib.AbstractContextManager] = field(default=contextlib.nullcontext)
     all_sum: Callable[[torch.Tensor], torch.Tensor] = field(default=lambda t: t)
@@ -195,6 +196,7 @@ def rl_step(trainee: Trainee, episodes: pa.Table, cfg: TrainerConfig) -> dict[st
     loads = []
     trainee.model.train()
     for i, mb in enumerate(mine):
+        mb = mb.to(trainee.device)
         last = i == steps - 1
         ctx = contextlib.nullcontext() if last else trainee.no_sync()
         seq = contextlib.nullcontext(mb) if trainee.sequence_context is None else trainee.sequence_context(mb)
@@ -211,7 +213,7 @@ def rl_step(trainee: Trainee, episodes: pa.Table, cfg: TrainerConfig) -> dict[st
             trainee.backward(loss)
         if mb.valid.any():
             loads.append(trainee.replay.expert_load(mb.valid))
-        ent_sum = float(ent[mb.loss_mask].sum())
+        ent_sum = float(ent[mb.loss_mask.bool()].sum())
         sums += torch.tensor([float(s.loss.detach()), s.tokens, s.masked, s.mismatch_kl, ent_sum, float(aux.detach())], dtype=torch.float64)
 
     sums = trainee.all_sum(sums)
