@@ -43,10 +43,11 @@ def one_process(tiny_model_dir, tmp_path_factory):
     return cfg, train_steps(cfg)
 
 
-def _two_processes(tmp_path: Path, model_dir, **trainer) -> tuple[LaneConfig, dict]:
-    cfg = _lane(tmp_path / "lake", model_dir, processes=2, **trainer)
-    torch.manual_seed(0)
-    _write_steps(cfg, load_moe_causal_lm(model_dir))
+def _two_processes(tmp_path: Path, model_dir, steps: int = STEPS, **trainer) -> tuple[LaneConfig, dict]:
+    cfg = _lane(tmp_path / "lake", model_dir, processes=2, **trainer).model_copy(update={"num_steps": steps})
+    if not (tmp_path / "lake").exists():
+        torch.manual_seed(0)
+        _write_steps(cfg, load_moe_causal_lm(model_dir))
     config, out = tmp_path / "lane.json", tmp_path / "out.pt"
     config.write_text(cfg.model_dump_json())
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
@@ -80,11 +81,15 @@ def test_two_ranks_train_like_one_and_export_what_they_trained(one_process, tiny
 
 
 @pytest.mark.slow
-def test_bf16_with_activation_checkpointing_trains_close_to_fp32(one_process, tiny_model_dir, tmp_path):
+def test_bf16_with_activation_checkpointing_trains_close_to_fp32_and_resumes(one_process, tiny_model_dir, tmp_path):
     _, ref = one_process
     trainer = {"parallelism": "fsdp2_ep", "expert_parallel_size": 2, "mixed_precision": "bf16",
                "activation_checkpointing": True}  # fmt: skip
-    cfg, got = _two_processes(tmp_path, tiny_model_dir, **trainer)
+    _, first = _two_processes(tmp_path, tiny_model_dir, steps=STEPS - 1, **trainer)
+    # A new launch resumes after the saved step from each rank's own shards.
+    cfg, last = _two_processes(tmp_path, tiny_model_dir, **trainer)
+    got = {"metrics": first["metrics"] + last["metrics"], "logits": last["logits"]}
+    assert [m["policy_version"] for m in got["metrics"]] == list(range(1, STEPS + 1))
     assert [m["skipped"] for m in got["metrics"]] == [False] * STEPS
     for a, b in zip(got["metrics"], ref):  # bf16 compute: about 3 significant digits
         assert a["loss"] == pytest.approx(b["loss"], rel=5e-2, abs=1e-2)
