@@ -26,7 +26,7 @@ from torch import nn
 from engines.trainer.config import TrainerConfig
 from engines.trainer.expert_parallel import ExpertParallel
 from engines.trainer.full_state import full_state_dict
-from engines.trainer.parallelize import Meshes, build_meshes, parallelize
+from engines.trainer.parallelize import build_meshes, parallelize
 from engines.trainer.rl_step import Trainee, make_optimizer
 from engines.trainer.router_replay import RouterReplay
 from engines.trainer.sharded_state import load_shard, save_shard
