@@ -1,9 +1,9 @@
 """Tiny random configs of each major MoE family transformers ships, built locally.
 
 Test models for router replay, parallelism and export across architectures: each is
-a few hundred thousand parameters (hidden 64, 2 decoder layers, 8 routed experts,
-top-2), small enough to train on CPU in a test. Nothing is downloaded; weights are
-random (`build_tiny(family, vocab_size, seed)`).
+a few hundred thousand parameters (hidden 64, 2 heads of 32, 2 decoder layers,
+8 routed experts, top-2), small enough to train on CPU in a test. Nothing is
+downloaded; weights are random (`build_tiny(family, vocab_size, seed)`).
 
 Family details kept on purpose, because they change the router or the expert layout:
 - deepseek_v3 / glm4_moe: sigmoid router with correction bias, 2 groups of 4 experts
@@ -30,8 +30,9 @@ from transformers import (
 
 FAMILIES = ("qwen3_moe", "mixtral", "deepseek_v3", "glm4_moe", "gpt_oss")
 
+# head_dim 32: vLLM's CPU attention kernels refuse 16 ("Unsupported CPU attention configuration").
 _COMMON = dict(
-    hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
     max_position_embeddings=512, tie_word_embeddings=False, output_router_logits=False,
 )  # fmt: skip
 
@@ -51,8 +52,8 @@ def tiny_config(family: str, vocab_size: int = 256) -> PretrainedConfig:
         if family == "glm4_moe":
             return Glm4MoeConfig(**c, **routed, partial_rotary_factor=0.5)
         c.pop("head_dim")
-        return DeepseekV3Config(**c, **routed, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
-                                qk_nope_head_dim=8, v_head_dim=16)  # fmt: skip
+        return DeepseekV3Config(**c, **routed, q_lora_rank=32, kv_lora_rank=32, qk_rope_head_dim=16,
+                                qk_nope_head_dim=16, v_head_dim=32)  # fmt: skip
     if family == "gpt_oss":
         return GptOssConfig(**c, intermediate_size=32, num_local_experts=8, num_experts_per_tok=2, sliding_window=16,
                             layer_types=["sliding_attention", "full_attention"],

