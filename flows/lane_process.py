@@ -20,20 +20,19 @@ from engines.trainer.lane import LaneConfig
 
 
 class TrainerProcess:
-    def __init__(self, cfg: LaneConfig, config_file: Path, processes: int = 1, max_restarts: int = 3,
-                 threads: int = 1) -> None:
+    def __init__(self, cfg: LaneConfig, config_file: Path, max_restarts: int = 3, threads: int = 1) -> None:
         config_file.write_text(cfg.model_dump_json(indent=1))
-        self.cmd = [sys.executable, "-m", "flows.trainer_lane", "--config", str(config_file),
-                    "--processes", str(processes)]
-        # Generation and training get their own cores: torch in the trainer uses `threads`.
+        self.cmd = [sys.executable, "-m", "flows.trainer_lane", "--config", str(config_file)]
+        # Generation and training get their own cores: torch in each trainer rank
+        # (`trainer.processes` of them) uses `threads`.
         self.env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
         self.max_restarts = max_restarts
         self.restarts = 0
         self.proc: asyncio.subprocess.Process | None = None
         # vLLM's CPU servers bind from the lowest core up (engines/inference/launch.py);
         # the trainer takes the highest ones, so generation and training never share.
-        cores = sorted(os.sched_getaffinity(0))
-        self.cores = cores[-threads:] if len(cores) > threads else cores
+        cores, wanted = sorted(os.sched_getaffinity(0)), threads * cfg.trainer.processes
+        self.cores = cores[-wanted:] if len(cores) > wanted else cores
         self.parent = os.getpid()
 
     async def run(self) -> None:

@@ -1,7 +1,8 @@
 """The trainer lane: a flow run in its own process (the rl flow starts it with
-`python -m flows.trainer_lane --config FILE`). One process trains in place, a
-Prefect task per step; with `processes > 1` the steps run under torchrun and this
-flow follows their published versions."""
+`python -m flows.trainer_lane --config FILE`). With `trainer.processes` 1 the lane
+trains in place, a Prefect task per step; with more, the steps run under torchrun
+(one rank per process, `trainer.parallelism` applied on every rank) and this flow
+follows their published versions."""
 
 from __future__ import annotations
 
@@ -57,13 +58,13 @@ def torchrun_steps(cfg: LaneConfig, processes: int) -> int:
 
 
 @flow(name="trainer-lane", log_prints=True)
-def trainer_lane(config: LaneConfig, processes: int = 1) -> list[dict]:
+def trainer_lane(config: LaneConfig) -> list[dict]:
     # One trainer owns the machine's cores or devices for its whole life. Taking the slot
     # once per step instead cost about 2 s per step: right after a release Prefect's
     # slot accounting still refuses the next acquisition for a while.
     with concurrency(TRAINING_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S):
-        if processes > 1:
-            torchrun_steps(config, processes)
+        if config.trainer.processes > 1:
+            torchrun_steps(config, config.trainer.processes)
             return []
         return _train_in_process(config)
 
@@ -87,10 +88,9 @@ def _train_in_process(config: LaneConfig) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the trainer lane flow from a LaneConfig JSON file.")
     parser.add_argument("--config", required=True)
-    parser.add_argument("--processes", type=int, default=1)
     args = parser.parse_args(argv)
     cfg = LaneConfig.model_validate(json.loads(Path(args.config).read_text()))
-    trainer_lane(cfg, args.processes)
+    trainer_lane(cfg)
     return 0
 
 

@@ -10,10 +10,20 @@ vLLM servers (the GPU build, `vllm`, in the environment TANDEM_VLLM_PYTHON names
   ep         expert parallel over the visible GPUs (needs >= 2)
   pd         prefill/decode disaggregation flags reach the servers (NixlConnector)
 
+and the trainer's GPU paths (engines/trainer/parallelize.py), each as torchrun ranks
+over NCCL against the same RL steps in one process:
+
+  trainer_fsdp2_ep  FSDP2 + expert parallel over 2 GPUs: losses within 1e-3 relative
+  trainer_cp        context parallel 2 at a long sequence (about 3k tokens per row,
+                    packing off): losses within 1e-3 relative
+  trainer_bf16      bf16 compute, fp32 master weights (FSDP2 over 2 GPUs, or DDP
+                    autocast on 1): losses within 3e-2 relative of fp32
+
 Each check prints one line (ok / FAILED / skipped, with the reason); the last line is
 one JSON object with every check's result. Not part of the test suite (no GPU here).
 
     TANDEM_VLLM_PYTHON=... python scripts/gpu_check.py --model-dir DIR [--checks reload,fp8,routes]
+    python scripts/gpu_check.py --model-dir DIR --checks trainer_fsdp2_ep,trainer_cp,trainer_bf16
 """
 
 from __future__ import annotations
@@ -111,7 +121,115 @@ async def check_pd(model_dir: Path, work: Path) -> str:
     return "kv-transfer-config " + argv[argv.index("--kv-transfer-config") + 1]
 
 
-CHECKS = {"reload": check_reload, "fp8": check_fp8, "routes": check_routes, "ep": check_ep, "pd": check_pd}
+def trainer_rank(spec_file: str) -> None:
+    """One torchrun rank of a trainer check: RL steps on the saved episodes; rank 0
+    writes the losses."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    from engines.model.load import load_moe_causal_lm
+    from engines.trainer.config import TrainerConfig
+    from engines.trainer.distributed import make_accelerator, make_trainee
+    from engines.trainer.rl_step import rl_step
+
+    spec = json.loads(Path(spec_file).read_text())
+    cfg = TrainerConfig.model_validate(spec["trainer"])
+    torch.manual_seed(0)
+    accelerator = make_accelerator(cfg.mixed_precision, cfg.parallelism)
+    torch.backends.cuda.matmul.allow_tf32 = False  # compare fp32 with fp32
+    model = load_moe_causal_lm(spec["model_dir"]).to(accelerator.device)
+    trainee = make_trainee(model, cfg, accelerator)
+    steps = [pq.read_table(f) for f in spec["episodes"]]
+    losses = [rl_step(trainee, t, cfg)["loss"] for t in steps]
+    if accelerator.is_main_process:
+        Path(spec["out"]).write_text(json.dumps(losses))
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)  # after autograd all-to-all, interpreter teardown can abort
+
+
+def _trainer_losses(model_dir: Path, work: Path, name: str, trainer: dict, episodes: list[str]) -> list[float]:
+    import os
+    import subprocess
+
+    spec = work / f"{name}.json"
+    out = work / f"{name}.losses.json"
+    spec.write_text(json.dumps({"trainer": trainer, "model_dir": str(model_dir), "episodes": episodes, "out": str(out)}))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={trainer.get('processes', 1)}",
+           str(Path(__file__).resolve()), "--trainer-rank", str(spec)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    if proc.returncode:
+        raise RuntimeError(f"{name} ranks failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(out.read_text())
+
+
+def _episodes(model_dir: Path, work: Path, long: bool) -> list[str]:
+    import pyarrow.parquet as pq
+
+    from engines.model.load import load_moe_causal_lm
+    from tests.engines.trainer.rollouts import synthetic_rollouts
+
+    model = load_moe_causal_lm(model_dir)
+    lengths = dict(prompt_len=(1200, 1500), completion_len=(1200, 1500), groups=2, group_size=2) if long else {}
+    files = []
+    for step in range(2):
+        path = work / f"episodes-{'long' if long else 'short'}-{step}.parquet"
+        pq.write_table(synthetic_rollouts(model, step=step, seed=step, **lengths), path)
+        files.append(str(path))
+    return files
+
+
+def _compare(name: str, got: list[float], ref: list[float], rel: float) -> str:
+    worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(got, ref))
+    if not worst <= rel:
+        raise AssertionError(f"{name} losses {got} vs one process {ref}: relative difference {worst:.2g} > {rel}")
+    return f"{name} losses {[round(x, 6) for x in got]} match one process (max relative difference {worst:.2g})"
+
+
+def _need_gpus(n: int) -> None:
+    if torch.cuda.device_count() < n:
+        raise RuntimeError(f"skipped: needs {n} GPUs, {torch.cuda.device_count()} visible")
+
+
+BASE = {"seq_len": 512, "micro_batch_rows": 2, "lr": 1e-3}
+
+
+async def check_trainer_fsdp2_ep(model_dir: Path, work: Path) -> str:
+    _need_gpus(2)
+    eps = _episodes(model_dir, work, long=False)
+    ref = _trainer_losses(model_dir, work, "ref", BASE, eps)
+    got = _trainer_losses(model_dir, work, "fsdp2_ep", {**BASE, "processes": 2, "parallelism": "fsdp2_ep",
+                                                        "expert_parallel_size": 2}, eps)  # fmt: skip
+    return _compare("fsdp2_ep", got, ref, 1e-3)
+
+
+async def check_trainer_cp(model_dir: Path, work: Path) -> str:
+    _need_gpus(2)
+    eps = _episodes(model_dir, work, long=True)
+    long = {**BASE, "seq_len": 4096, "micro_batch_rows": 1, "packing": False}
+    ref = _trainer_losses(model_dir, work, "ref-long", long, eps)
+    got = _trainer_losses(model_dir, work, "cp", {**long, "processes": 2, "parallelism": "fsdp2",
+                                                  "context_parallel_size": 2}, eps)  # fmt: skip
+    return _compare("context parallel 2 at 4096 tokens", got, ref, 1e-3)
+
+
+async def check_trainer_bf16(model_dir: Path, work: Path) -> str:
+    eps = _episodes(model_dir, work, long=False)
+    ref = _trainer_losses(model_dir, work, "ref", BASE, eps)
+    if torch.cuda.device_count() >= 2:
+        trainer = {**BASE, "processes": 2, "parallelism": "fsdp2", "mixed_precision": "bf16", "activation_checkpointing": True}
+    else:
+        trainer = {**BASE, "mixed_precision": "bf16", "activation_checkpointing": True}
+    got = _trainer_losses(model_dir, work, "bf16", trainer, eps)
+    return _compare(f"bf16 ({trainer.get('parallelism', 'ddp')})", got, ref, 3e-2)
+
+
+CHECKS = {"reload": check_reload, "fp8": check_fp8, "routes": check_routes, "ep": check_ep, "pd": check_pd,
+          "trainer_fsdp2_ep": check_trainer_fsdp2_ep, "trainer_cp": check_trainer_cp, "trainer_bf16": check_trainer_bf16}  # fmt: skip
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, str]:
@@ -130,6 +248,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, str]:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--trainer-rank"]:
+        return trainer_rank(sys.argv[2])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-dir", required=True, help="HF MoE causal LM directory (e.g. the tiny Qwen3-MoE)")
     parser.add_argument("--checks", default=",".join(CHECKS), help=f"comma-separated subset of {','.join(CHECKS)}")

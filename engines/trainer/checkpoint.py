@@ -2,8 +2,8 @@
 
 Layout under a state root (a local directory every rank can reach):
 
-    step-00000007/           complete state after step 7 (Accelerate's save_state files
-                             plus progress.json {"step": 7})
+    step-00000007/           complete state after step 7 (Accelerate's save_state files,
+                             sharded models' shard-<rank>.pt, progress.json {"step": 7})
     .step-00000008.tmp/      a save in progress; a crash leaves it, and it is ignored
 
 A save writes into the hidden staging directory, then the main process renames it
@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from accelerate import Accelerator
@@ -37,8 +38,11 @@ def list_states(root: Path) -> list[int]:
     return sorted(steps)
 
 
-def save_state(accelerator: Accelerator, root: Path, step: int, keep_last: int = 2) -> Path:
-    """Save the state after `step` atomically; every rank must call this."""
+def save_state(
+    accelerator: Accelerator, root: Path, step: int, keep_last: int = 2, save_local: Callable[[str], None] | None = None
+) -> Path:
+    """Save the state after `step` atomically; every rank must call this.
+    `save_local(dir)` writes what each rank alone holds (sharded models) before the commit."""
     root = Path(root)
     staging = root / f".step-{step:08d}.tmp"
     final = state_dir(root, step)
@@ -47,6 +51,8 @@ def save_state(accelerator: Accelerator, root: Path, step: int, keep_last: int =
         root.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(staging), safe_serialization=True)
+    if save_local is not None:
+        save_local(str(staging))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         with open(staging / "progress.json", "w") as f:
@@ -62,11 +68,15 @@ def save_state(accelerator: Accelerator, root: Path, step: int, keep_last: int =
     return final
 
 
-def load_latest_state(accelerator: Accelerator, root: Path) -> int | None:
+def load_latest_state(
+    accelerator: Accelerator, root: Path, load_local: Callable[[str], None] | None = None
+) -> int | None:
     """Restore the newest committed state; returns its step, or None when there is none."""
     steps = list_states(root)
     if not steps:
         return None
     path = state_dir(root, steps[-1])
     accelerator.load_state(str(path))
+    if load_local is not None:
+        load_local(str(path))
     return json.loads((path / "progress.json").read_text())["step"]

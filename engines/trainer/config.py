@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -101,6 +102,39 @@ class TrainerConfig(BaseModel):
     )
     keep_last_states: int = Field(2, ge=1, description="Resumable trainer states kept on disk (older ones deleted).")
 
+    # Parallelism (engines/trainer/parallelize.py applies it; see its docstring for the order)
+    processes: int = Field(
+        1, ge=1, description="Trainer ranks: 1 trains in the lane's process; more run the lane under torchrun "
+        "(one rank per process: a GPU each on GPU machines, a gloo rank on CPU)."
+    )
+    parallelism: Literal["ddp", "fsdp2", "fsdp2_ep"] = Field(
+        "ddp",
+        description="ddp: every rank holds the whole model (Accelerate DDP). fsdp2: torch fully_shard per decoder "
+        "layer, then the root (parameters, gradients and optimizer state sharded over the ranks). fsdp2_ep: "
+        "fsdp2 for dense weights plus routed experts split over expert_parallel_size ranks with all-to-all "
+        "token dispatch (each rank stores 1/expert_parallel_size of the experts).",
+    )
+    expert_parallel_size: int = Field(
+        1, ge=1, description="Ranks one layer's routed experts are split over (fsdp2_ep only; divides processes "
+        "and the expert count)."
+    )
+    context_parallel_size: int = Field(
+        1, ge=1, description="Ranks that split each row's sequence (ring attention, torch context_parallel) for "
+        "long episodes; 1: off. Needs CUDA GPUs, fsdp2 or fsdp2_ep, and packing off."
+    )
+    mixed_precision: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="fp32 everywhere, or bf16 compute with fp32 master weights, optimizer state and gradient "
+        "reductions (FSDP2 MixedPrecisionPolicy; autocast under ddp). fp32 is faster on CPU.",
+    )
+    activation_checkpointing: bool = Field(
+        False, description="Recompute each decoder layer in backward instead of keeping its activations "
+        "(about a third more compute for activation memory of one layer)."
+    )
+    compile: bool = Field(
+        False, description="torch.compile each decoder layer (GPU runs; on CPU the first steps compile C++ for minutes)."
+    )
+
     sft: SFTConfig = Field(
         default_factory=lambda: SFTConfig(max_seconds=180), description="Warm-start SFT settings."
     )
@@ -110,4 +144,37 @@ class TrainerConfig(BaseModel):
         b1, b2 = self.betas
         if not (0 <= b1 < 1 and 0 <= b2 < 1):
             raise ValueError(f"betas: both must be in [0, 1), got {self.betas}")
+        self._check_parallelism()
         return self
+
+    def _check_parallelism(self) -> None:
+        ep, cp, n = self.expert_parallel_size, self.context_parallel_size, self.processes
+        if self.parallelism == "fsdp2_ep" and ep < 2:
+            raise ValueError("expert_parallel_size: fsdp2_ep needs at least 2 (or use parallelism='fsdp2')")
+        if self.parallelism != "fsdp2_ep" and ep > 1:
+            raise ValueError(
+                f"expert_parallel_size={ep} needs parallelism='fsdp2_ep' (got {self.parallelism!r}): set both"
+            )
+        if n % (ep * cp):
+            raise ValueError(
+                f"processes ({n}) must be a multiple of expert_parallel_size x context_parallel_size ({ep} x {cp})"
+            )
+        if self.parallelism != "ddp" and n < 2:
+            raise ValueError(f"parallelism={self.parallelism!r} shards over ranks: set processes >= 2 (or use 'ddp')")
+        if cp > 1:
+            if self.parallelism == "ddp":
+                raise ValueError("context_parallel_size > 1 needs parallelism='fsdp2' or 'fsdp2_ep'")
+            if self.packing:
+                raise ValueError(
+                    "context_parallel_size > 1 with packing=True: torch's context parallel shards plain causal "
+                    "attention, not packed rows' block masks; set packing=False"
+                )
+            if self.seq_len % (2 * cp):
+                raise ValueError(f"seq_len ({self.seq_len}) must be a multiple of 2 x context_parallel_size ({2 * cp})")
+            if not torch.cuda.is_available():
+                raise ValueError(
+                    f"context_parallel_size={cp} needs CUDA GPUs: torch's context parallel rewrites the flash, "
+                    "efficient and cuDNN attention kernels into ring attention over NCCL, and CPU/gloo has none of "
+                    "them. Use context_parallel_size=1 here (`python scripts/gpu_check.py --checks trainer_cp` "
+                    "exercises it on a GPU machine)"
+                )

@@ -54,14 +54,26 @@ def dequantize_fp8_blockwise(q: torch.Tensor, scale: torch.Tensor, block: int = 
     return q.float() * s
 
 
-def export_weights(model: nn.Module, tokenizer, dest: str, fmt: str = "fp32", store=None) -> str:
+def export_weights(
+    model: nn.Module,
+    tokenizer,
+    dest: str,
+    fmt: str = "fp32",
+    store=None,
+    state_dict: dict[str, torch.Tensor] | None = None,
+    architecture: str | None = None,
+) -> str:
     """Write `model` (unwrapped) and `tokenizer` as an HF directory at `dest` (local path,
-    or a path inside `store` for s3). Returns `dest`. Replaces an existing export."""
+    or a path inside `store` for s3). Returns `dest`. Replaces an existing export.
+
+    A sharded model passes its gathered `state_dict` (full_state.py) and the class name
+    it had before sharding (`architecture`: FSDP2 renames the class, and
+    `save_pretrained` would record the renamed one)."""
     if fmt not in _DTYPES:
         raise ValueError(f"export format {fmt!r}: use one of {sorted(_DTYPES)}")
     with tempfile.TemporaryDirectory(prefix="tandem-export-") as tmp:
         stage = Path(tmp) / "weights"
-        _save_hf(model, tokenizer, stage, _DTYPES[fmt])
+        _save_hf(model, tokenizer, stage, _DTYPES[fmt], state_dict, architecture)
         if fmt == "fp8":
             quantize_dir_fp8(stage)
         if store is not None and store.protocol != "file":
@@ -75,9 +87,10 @@ def export_weights(model: nn.Module, tokenizer, dest: str, fmt: str = "fp32", st
     return dest
 
 
-def _save_hf(model: nn.Module, tokenizer, out: Path, dtype: torch.dtype) -> None:
+def _save_hf(model: nn.Module, tokenizer, out: Path, dtype: torch.dtype, source: dict | None = None,
+             architecture: str | None = None) -> None:
     state, seen = {}, set()
-    for k, v in model.state_dict().items():
+    for k, v in (model.state_dict() if source is None else source).items():
         if v.data_ptr() in seen:  # a tied weight (lm_head = embeddings): saved once, as save_pretrained does
             continue
         seen.add(v.data_ptr())
@@ -86,6 +99,8 @@ def _save_hf(model: nn.Module, tokenizer, out: Path, dtype: torch.dtype) -> None
     cfg_path = out / "config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["dtype"] = str(dtype).removeprefix("torch.")  # loaders default to the exported dtype
+    if architecture is not None:
+        cfg["architectures"] = [architecture]
     cfg_path.write_text(json.dumps(cfg, indent=2))
     if tokenizer is not None:
         tokenizer.save_pretrained(out)

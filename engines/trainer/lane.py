@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engines.model.load import load_moe_causal_lm, load_tokenizer
 from engines.trainer.checkpoint import load_latest_state, save_state
 from engines.trainer.config import TrainerConfig
-from engines.trainer.distributed import ddp_trainee, make_accelerator
+from engines.trainer.distributed import make_accelerator, make_trainee
 from engines.trainer.export import export_weights
 from engines.trainer.rl_step import rl_step
 from storage import checkpoints, shards
@@ -143,11 +143,13 @@ class TrainerLane:
         torch.manual_seed(cfg.trainer.seed)
         self.cfg = cfg
         self.store = open_store(cfg.storage)
-        self.accelerator = make_accelerator()
+        t = cfg.trainer
+        self.accelerator = make_accelerator(t.mixed_precision, t.parallelism)
         model = load_moe_causal_lm(cfg.model_dir)
+        self.arch = type(model).__name__  # before FSDP2 renames the class (export writes it)
         self.tokenizer = load_tokenizer(cfg.model_dir)
-        self.trainee = ddp_trainee(model, cfg.trainer, self.accelerator)
-        saved = load_latest_state(self.accelerator, cfg.state_path())
+        self.trainee = make_trainee(model, t, self.accelerator)
+        saved = load_latest_state(self.accelerator, cfg.state_path(), self.trainee.load_local)
         self.next_step = cfg.first_step if saved is None else max(cfg.first_step, saved + 1)
         if saved is not None:
             log.info("resuming run %s after step %d (state %s)", cfg.run, saved, cfg.state_path())
@@ -163,15 +165,18 @@ class TrainerLane:
         metrics["training_s"] = time.perf_counter() - t0
         version = step + 1
         metrics["policy_version"] = version
+        # Sharded models gather whole tensors onto rank 0 first (every rank takes part).
+        state = self.trainee.full_state() if self.trainee.full_state is not None else None
         if self.accelerator.is_main_process:
             uri = checkpoints.weights_uri(store, cfg.run, version)
-            export_weights(self.trainee.module, self.tokenizer, uri, cfg.trainer.export_format, store=store)
+            export_weights(self.trainee.module, self.tokenizer, uri, cfg.trainer.export_format, store=store,
+                           state_dict=state, architecture=self.arch)  # fmt: skip
             checkpoints.publish(store, cfg.run, version, step, uri, _FORMAT_NAMES[cfg.trainer.export_format])
             metrics.update(rollout_metrics(episodes, step))
             write_step_metrics(store, cfg.run, step, metrics)
             log.info("step %d: %s", step, _summary(metrics))
         self.accelerator.wait_for_everyone()
-        save_state(self.accelerator, cfg.state_path(), step, cfg.trainer.keep_last_states)
+        save_state(self.accelerator, cfg.state_path(), step, cfg.trainer.keep_last_states, self.trainee.save_local)
         self.next_step = step + 1
         return metrics
 

@@ -57,6 +57,14 @@ class Batch:
     def num_loss_tokens(self) -> int:
         return int(self.loss_mask.sum())
 
+    def to(self, device: torch.device) -> Batch:
+        """The same rows on `device` (the model's: a GPU rank's own device)."""
+        if self.input_ids.device == torch.device(device):
+            return self
+        return Batch(*(None if t is None else t.to(device) for t in (
+            self.input_ids, self.position_ids, self.targets, self.loss_mask, self.valid,
+            self.inference_logprobs, self.advantages, self.routes)))  # fmt: skip
+
     def rows(self, start: int, stop: int) -> Batch:
         r = None if self.routes is None else self.routes[start:stop]
         return Batch(

@@ -40,9 +40,23 @@ class Trainee:
     replay: RouterReplay
     rank: int = 0
     world: int = 1
+    device: torch.device = torch.device("cpu")  # where the model computes; batches are moved there
     backward: Callable[[torch.Tensor], None] = field(default=lambda loss: loss.backward())
     no_sync: Callable[[], contextlib.AbstractContextManager] = field(default=contextlib.nullcontext)
     all_sum: Callable[[torch.Tensor], torch.Tensor] = field(default=lambda t: t)
+    # Data split: ranks of one context-parallel group read the same episodes.
+    dp_rank: int | None = None  # None: rank
+    dp_world: int | None = None  # None: world
+    # Global gradient norm, then clip in place (None: clip_grad_norm over module's parameters).
+    clip: Callable[[float], float] | None = None
+    # Shards each micro-batch's sequences over the context-parallel ranks for the
+    # forward and backward inside it (context_parallel.py); None: whole rows.
+    sequence_context: Callable[[Batch], contextlib.AbstractContextManager[Batch]] | None = None
+    # Sharded models: whole tensors for export (collective; a dict on rank 0, else None),
+    # and each rank's own shards into / out of a state directory. None: unsharded.
+    full_state: Callable[[], dict | None] | None = None
+    save_local: Callable[[str], None] | None = None
+    load_local: Callable[[str], None] | None = None
 
 
 def make_optimizer(model: nn.Module, cfg: TrainerConfig, lr: float | None = None, warmup: int | None = None,
@@ -87,17 +101,22 @@ def use_routes(batch: Batch, cfg: TrainerConfig) -> torch.Tensor | None:
 
 
 def forward_logprobs(trainee: Trainee, batch: Batch, cfg: TrainerConfig, need_router_logits: bool = False):
-    """Trainer logprobs and entropies [R, L] of `batch`'s targets, and router logits."""
+    """Trainer logprobs and entropies [R, L] of `batch`'s targets, and router logits.
+
+    The batch's routes stay set after the forward: activation checkpointing recomputes
+    each layer during backward, which must replay the same routes. The caller clears
+    them (`replay.set_routes(None)`) once backward has run."""
     trainee.replay.set_routes(use_routes(batch, cfg))
-    try:
-        out = trainee.model(
-            input_ids=batch.input_ids,
-            position_ids=batch.position_ids,
-            use_cache=False,
-            output_router_logits=need_router_logits,
-        )
-    finally:
-        trainee.replay.set_routes(None)
+    # Under context parallel the rows are shards of longer sequences: an explicit
+    # all-ones mask keeps transformers from reading their positions as packed episodes.
+    mask = torch.ones_like(batch.input_ids) if trainee.sequence_context is not None else None
+    out = trainee.model(
+        input_ids=batch.input_ids,
+        position_ids=batch.position_ids,
+        attention_mask=mask,
+        use_cache=False,
+        output_router_logits=need_router_logits,
+    )
     lp, entropy = token_logprobs(out.logits, batch.targets, cfg.temperature)
     return lp, entropy, (out.router_logits if need_router_logits else None)
 
@@ -136,6 +155,15 @@ def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> float:
     return norm
 
 
+@contextlib.contextmanager
+def _routes_cleared(trainee: Trainee):
+    """Replayed routes live from a micro-batch's forward to the end of its backward."""
+    try:
+        yield
+    finally:
+        trainee.replay.set_routes(None)
+
+
 def _micro_batches(episodes: list[Episode], cfg: TrainerConfig) -> list[Batch]:
     if not episodes:
         return []
@@ -166,8 +194,10 @@ def rl_step(trainee: Trainee, episodes: pa.Table, cfg: TrainerConfig) -> dict[st
     if global_tokens == 0:
         return {**metrics, "skipped": True, "skip_reason_no_tokens": 1.0}
 
-    parts = [_micro_batches(p, cfg) for p in split_for_ranks(all_eps, trainee.world)]
-    mine = parts[trainee.rank]
+    dp_rank = trainee.rank if trainee.dp_rank is None else trainee.dp_rank
+    dp_world = trainee.world if trainee.dp_world is None else trainee.dp_world
+    parts = [_micro_batches(p, cfg) for p in split_for_ranks(all_eps, dp_world)]
+    mine = parts[dp_rank]
     steps = max(len(p) for p in parts)
     template = next(p[0] for p in parts if p)
     mine = mine + [_empty_micro_batch(template)] * (steps - len(mine))
@@ -176,9 +206,11 @@ def rl_step(trainee: Trainee, episodes: pa.Table, cfg: TrainerConfig) -> dict[st
     loads = []
     trainee.model.train()
     for i, mb in enumerate(mine):
+        mb = mb.to(trainee.device)
         last = i == steps - 1
         ctx = contextlib.nullcontext() if last else trainee.no_sync()
-        with ctx:
+        seq = contextlib.nullcontext(mb) if trainee.sequence_context is None else trainee.sequence_context(mb)
+        with ctx, seq as mb, _routes_cleared(trainee):
             lp, ent, router_logits = forward_logprobs(trainee, mb, cfg, need_router_logits=cfg.aux_loss_coef > 0)
             s = rl_loss_sums(lp, mb.inference_logprobs, mb.advantages, mb.loss_mask, cfg)
             # DDP/FSDP average gradients over ranks: scale by world so the result is the
@@ -191,11 +223,14 @@ def rl_step(trainee: Trainee, episodes: pa.Table, cfg: TrainerConfig) -> dict[st
             trainee.backward(loss)
         if mb.valid.any():
             loads.append(trainee.replay.expert_load(mb.valid))
-        ent_sum = float(ent[mb.loss_mask].sum())
+        ent_sum = float(ent[mb.loss_mask.bool()].sum())
         sums += torch.tensor([float(s.loss.detach()), s.tokens, s.masked, s.mismatch_kl, ent_sum, float(aux.detach())], dtype=torch.float64)
 
     sums = trainee.all_sum(sums)
-    grad_norm = clip_grad_norm(list(trainee.module.parameters()), cfg.grad_clip)
+    if trainee.clip is not None:
+        grad_norm = trainee.clip(cfg.grad_clip)
+    else:
+        grad_norm = clip_grad_norm(list(trainee.module.parameters()), cfg.grad_clip)
     loss_value = float(sums[0] / global_tokens)
     metrics.update(
         loss=loss_value,

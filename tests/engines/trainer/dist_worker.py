@@ -1,8 +1,7 @@
-"""Run under torchrun by test_distributed.py: two RL steps with one parallelism
-mode, then the full parameters are written by rank 0.
+"""Run under torchrun by test_distributed.py: two RL steps under DDP, then the full
+parameters are written by rank 0.
 
-    torchrun --nproc_per_node 2 dist_worker.py MODE MODEL_DIR OUT
-    MODE: ddp | fsdp | ep
+    torchrun --nproc_per_node 2 dist_worker.py ddp MODEL_DIR OUT
 """
 
 from __future__ import annotations
@@ -22,17 +21,10 @@ def main(mode: str, model_dir: str, out: str) -> None:
     from tests.engines.trainer.test_distributed import CFG, batches
 
     torch.manual_seed(0)
-    if mode == "ddp":
-        trainee = d.ddp_trainee(load_moe_causal_lm(model_dir), CFG, d.make_accelerator())
-    else:
-        torch.distributed.init_process_group("gloo")
-        if mode == "fsdp":
-            trainee = d.fsdp2_trainee(load_moe_causal_lm(model_dir), CFG)
-        else:
-            trainee = d.expert_parallel_trainee(model_dir, CFG, ep_size=2)
+    assert mode == "ddp", mode
+    trainee = d.make_trainee(load_moe_causal_lm(model_dir), CFG, d.make_accelerator())
     metrics = [rl_step(trainee, b, CFG) for b in batches(trainee.module)]
-    state = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
-             for k, v in trainee.module.state_dict().items()}  # fmt: skip
+    state = {k: v.detach().clone() for k, v in trainee.module.state_dict().items()}
     if trainee.rank == 0:
         torch.save({"state": state, "metrics": metrics}, out)
     torch.distributed.barrier()

