@@ -12,6 +12,7 @@ from prefect.artifacts import create_table_artifact
 from engines.env.builder import BuildConfig
 from engines.env.corpus import load_corpus, save_corpus
 from tasks.build import build_project
+from tasks.progress import say
 
 
 @flow(name="build-tasks", log_prints=True)
@@ -23,6 +24,6 @@ def build_tasks(out_dir: str = "corpus", config: BuildConfig = BuildConfig()) ->
     rows = [{k: r[k] for k in ("name", "version", "tests_stable", "mutants_tried", "kept", "heldout")} for r in reports]
     create_table_artifact(key="corpus-build", table=rows, description=f"Tasks per project in {out_dir}")
     for r in rows:
-        print(f"[tasks] {r['name']} {r['version']}: {r['kept']} tasks ({r['heldout']} held out) "
+        say(f"[tasks] {r['name']} {r['version']}: {r['kept']} tasks ({r['heldout']} held out) "
               f"from {r['mutants_tried']} mutants, {r['tests_stable']} stable tests")
     return {r["name"]: r["kept"] for r in rows}

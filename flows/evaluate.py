@@ -15,6 +15,7 @@ from flows.run_config import RunConfig
 from flows.runtime import rollout_runtime, work_dir
 from storage.atomic import write_bytes_atomic
 from storage.fs import open_store
+from tasks.progress import say
 from tasks.rollout import evaluate_policy
 
 
@@ -28,5 +29,5 @@ async def evaluate(config: RunConfig = RunConfig(), corpus_dir: str | None = Non
     write_bytes_atomic(store, f"{config.run}/evals/version={result['version']}.json", json.dumps(result).encode())
     await acreate_table_artifact(key=f"{slug(config.run)}-eval", table=[result],
                           description=f"Held-out evaluation of run {config.run}")
-    print("[eval] " + " ".join(f"{k}={v}" for k, v in result.items()))
+    say("[eval] " + " ".join(f"{k}={v}" for k, v in result.items()))
     return result

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from engines.lifetime import exit_with_parent
 from engines.trainer.lane import LaneConfig
+from tasks.progress import say
 
 
 class TrainerProcess:
@@ -48,7 +49,7 @@ class TrainerProcess:
             if self.restarts >= self.max_restarts:
                 raise RuntimeError(f"trainer lane exited with code {code} after {self.restarts} restarts; see its log above")
             self.restarts += 1
-            print(f"[tandem] trainer lane exited with code {code}; restarting ({self.restarts}/{self.max_restarts})", flush=True)
+            say(f"[tandem] trainer lane exited with code {code}; restarting ({self.restarts}/{self.max_restarts})")
 
     def _pin(self) -> None:  # runs in the child before exec
         os.sched_setaffinity(0, self.cores)

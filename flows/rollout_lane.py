@@ -23,6 +23,7 @@ from storage import shards
 from storage.atomic import write_bytes_atomic
 from storage.fs import Store, open_store
 from tasks.limits import ROLLOUT_LIMIT, SLOT_LEASE_S
+from tasks.progress import say
 from tasks.rollout import RolloutRuntime, evaluate_policy, load_final_policy, rollout_step
 
 
@@ -71,7 +72,7 @@ async def _steps(rt: RolloutRuntime, config: RunConfig) -> list[dict]:
         # What the step spent outside the task's body is Prefect's own cost.
         metrics.update(step=step, wall_s=wall, prefect_s=wall - metrics["task_s"])
         results.append(metrics)
-        print(
+        say(
             f"[rollout] step {step + 1}/{rl.steps} v{metrics['policy_version']} reward={metrics['reward_mean']:.3f} "
             f"pass={metrics['pass_rate']:.3f} gen={metrics['generation_s']:.1f}s grade={metrics['grading_s']:.1f}s "
             f"update={metrics['weight_update_s']:.1f}s wait={metrics['wait_s']:.1f}s tokens={metrics['completion_tokens']}"
@@ -86,5 +87,5 @@ async def _evaluation(rt: RolloutRuntime, store: Store, config: RunConfig, heldo
         return json.loads(store.fs.cat_file(store.path(path)))
     result = await evaluate_policy(quote(rt), quote(heldout), config.eval.samples, rt.pool.version)
     write_bytes_atomic(store, path, json.dumps(result).encode())
-    print(f"[eval] {name}: " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
+    say(f"[eval] {name}: " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
     return result

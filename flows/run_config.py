@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engines.env.config import EnvConfig
 from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingConfig
+from engines.model.hub import is_hub_id
 from engines.model.tiny import TinyModelConfig
 from engines.trainer.config import SFTConfig, TrainerConfig
 from storage.config import StorageConfig
@@ -29,7 +30,8 @@ class ModelConfig(BaseModel):
 
     path: str | None = Field(
         None,
-        description="Starting checkpoint: a Hugging Face MoE causal-LM directory (local path or s3://). "
+        description="Starting checkpoint: a Hugging Face MoE causal-LM directory (local path or s3://) or a Hub model "
+        "id ('Qwen/Qwen3-30B-A3B', resolved through the Hugging Face cache; HF_HUB_OFFLINE=1 reads only the cache). "
         "None: create the tiny Qwen3-MoE and warm-start it with SFT on micro-task demonstrations.",
     )
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape of the tiny MoE when path is None.")
@@ -170,8 +172,9 @@ class RunConfig(BaseModel):
     def _check(self) -> RunConfig:
         check_name("run", self.run)
         path = self.model.path
-        if path and not path.startswith("s3://") and not os.path.isdir(path):
-            raise ValueError(f"model.path: {path!r} is not a directory; give a Hugging Face model directory or leave it unset")
+        if path and not path.startswith("s3://") and not os.path.isdir(path) and not is_hub_id(path):
+            raise ValueError(f"model.path: {path!r} is not a directory or a Hugging Face model id ('org/name'); "
+                             "give a model directory, an id, or leave it unset")
         if self.tasks.kind == "corpus" and not path:
             raise ValueError(
                 "model.path: required when tasks.kind = 'corpus' (the tiny warm start learns from micro-task "

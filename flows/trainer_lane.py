@@ -23,6 +23,7 @@ from engines.trainer.lane import LaneConfig, TrainerLane, wait_for_step
 from storage import checkpoints
 from storage.fs import open_store
 from tasks.limits import SLOT_LEASE_S, TRAINING_LIMIT
+from tasks.progress import say
 
 
 @task(name="wait-for-rollouts", cache_policy=NO_CACHE)
@@ -48,7 +49,7 @@ def torchrun_steps(cfg: LaneConfig, processes: int) -> int:
         latest = checkpoints.latest(store, cfg.run)
         if latest is not None and latest.version > seen:
             seen = latest.version
-            print(f"[trainer] published v{seen}")
+            say(f"[trainer] published v{seen}")
         time.sleep(1.0)
     os.unlink(f.name)
     if proc.returncode:
@@ -77,7 +78,7 @@ def _train_in_process(config: LaneConfig) -> list[dict]:
             wait_for_rollouts(quote(lane), step)
             m = train_step(quote(lane), step)
             results.append(m)
-            print(f"[trainer] step {step + 1}/{last} -> v{step + 1} " + " ".join(
+            say(f"[trainer] step {step + 1}/{last} -> v{step + 1} " + " ".join(
                 f"{k}={m[k]:.4g}" for k in ("loss", "mismatch_kl", "entropy", "grad_norm", "training_s") if m.get(k) is not None))
     finally:
         lane.close()
