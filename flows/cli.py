@@ -44,9 +44,24 @@ class OutputFormat(str, enum.Enum):
     json = "json"
 
 
+def _version(show: bool) -> None:
+    if show:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"tandem-rl {version('tandem-rl')}")
+        except PackageNotFoundError:  # run from a clone that was never installed
+            typer.echo("tandem-rl (not installed: pip install -e . to record a version)")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
-    """Keeps `tandem` a group of subcommands even while it has only a few."""
+def _root(
+    show_version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the installed version and exit.")
+    ] = False,
+) -> None:
+    """Asynchronous RL post-training of MoE models on software-engineering tasks."""
 
 
 @app.command("query")

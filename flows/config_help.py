@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic_core import PydanticUndefined
 
 from flows.config import _model_of
 
@@ -59,7 +58,7 @@ def format_keys(model_cls: type[BaseModel]) -> str:
 
 
 def _default(field: Any) -> str:
-    if field.default is PydanticUndefined and field.default_factory is None:
+    if field.is_required():
         return "required"
     value = field.get_default(call_default_factory=True)
     return _toml(value)
