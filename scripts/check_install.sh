@@ -14,8 +14,10 @@ start=$(date +%s)
 
 "$python" -m venv "$venv"
 "$venv/bin/pip" install --quiet --upgrade pip 2> >(grep -vE "^WARNING: Location '" >&2)
+# The CPU torch first and alone (its index is asked about torch only), then the clone.
 "$venv/bin/pip" install --quiet --extra-index-url "${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}" \
-  "torch==2.13.0+cpu" "$repo" 2> >(grep -vE "^WARNING: Location '" >&2)
+  "torch==2.13.0+cpu" 2> >(grep -vE "^WARNING: (Location '|Retrying)" >&2)
+"$venv/bin/pip" install --quiet "$repo" 2> >(grep -vE "^WARNING: Location '" >&2)
 installed=$(($(date +%s) - start))
 
 if "$venv/bin/pip" list 2>/dev/null | grep -iE '^nvidia-|^triton '; then

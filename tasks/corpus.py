@@ -7,6 +7,7 @@ from pathlib import Path
 from prefect import task
 
 from engines.env.corpus import TASKS_FILE, load_corpus, save_corpus
+from engines.env.deps import ensure_task_deps
 from engines.env.micro import generate_micro_tasks
 from storage.fs import Store, open_store
 from storage.parquet_io import read_table
@@ -30,6 +31,7 @@ def prepare_micro_corpus(store: Store, run: str, corpus_dir: str, train: int, he
 def use_corpus(store: Store, run: str, corpus_dir: str) -> str:
     """A corpus built by `tandem tasks build`: check it loads, copy its table into the run."""
     tasks = load_corpus(corpus_dir)
+    ensure_task_deps(tasks)  # projects' own dependencies, when the corpus was built elsewhere
     say(f"[tasks] corpus {corpus_dir}: {sum(t.split == 'train' for t in tasks)} train, "
           f"{sum(t.split == 'heldout' for t in tasks)} held-out tasks")
     publish_corpus_table(store, run, corpus_dir)
