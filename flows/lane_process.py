@@ -22,10 +22,12 @@ from tasks.progress import say
 
 class TrainerProcess:
     def __init__(self, cfg: LaneConfig, config_file: Path, processes: int = 1, max_restarts: int = 3,
-                 threads: int = 1) -> None:
+                 threads: int = 1, tensorboard_dir: str | None = None) -> None:
         config_file.write_text(cfg.model_dump_json(indent=1))
         self.cmd = [sys.executable, "-m", "flows.trainer_lane", "--config", str(config_file),
                     "--processes", str(processes)]
+        if tensorboard_dir:
+            self.cmd += ["--tensorboard-dir", tensorboard_dir]
         # Generation and training get their own cores: torch in the trainer uses `threads`.
         self.env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
         self.max_restarts = max_restarts

@@ -17,6 +17,7 @@ from prefect.concurrency.asyncio import concurrency
 from prefect.utilities.annotations import quote
 
 from engines.env.corpus import load_corpus
+from flows.metrics import MetricsSink, metrics_sink
 from flows.run_config import RunConfig
 from flows.runtime import rollout_runtime
 from storage import shards
@@ -58,6 +59,15 @@ def busy_share(start: tuple[float, ...], end: tuple[float, ...]) -> float:
 
 
 async def _steps(rt: RolloutRuntime, config: RunConfig) -> list[dict]:
+    sink = metrics_sink(config.metrics, "rollout")
+    try:
+        return await _run_steps(rt, config, sink)
+    finally:
+        if sink is not None:
+            sink.close()
+
+
+async def _run_steps(rt: RolloutRuntime, config: RunConfig, sink: MetricsSink | None) -> list[dict]:
     rl = config.rl
     results = []
     for step in range(rl.steps):
@@ -72,6 +82,8 @@ async def _steps(rt: RolloutRuntime, config: RunConfig) -> list[dict]:
         # What the step spent outside the task's body is Prefect's own cost.
         metrics.update(step=step, wall_s=wall, prefect_s=wall - metrics["task_s"])
         results.append(metrics)
+        if sink is not None:
+            sink.log(step, metrics, "rollout")
         say(
             f"[rollout] step {step + 1}/{rl.steps} v{metrics['policy_version']} reward={metrics['reward_mean']:.3f} "
             f"pass={metrics['pass_rate']:.3f} gen={metrics['generation_s']:.1f}s grade={metrics['grading_s']:.1f}s "

@@ -19,6 +19,7 @@ from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingCon
 from engines.model.hub import is_hub_id
 from engines.model.tiny import TinyModelConfig
 from engines.trainer.config import SFTConfig, TrainerConfig
+from flows.metrics import MetricsConfig
 from storage.config import StorageConfig
 from storage.layout import check_name
 
@@ -167,6 +168,7 @@ class RunConfig(BaseModel):
     )
     rl: RLConfig = Field(default_factory=RLConfig, description="Steps, staleness bound, batch and group sizes.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="Per-step metrics for TensorBoard (off by default).")
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:

@@ -14,8 +14,9 @@ start=$(date +%s)
 
 "$python" -m venv "$venv"
 "$venv/bin/pip" install --quiet --upgrade pip 2> >(grep -vE "^WARNING: Location '" >&2)
-# The CPU torch first and alone (its index is asked about torch only), then the clone.
-"$venv/bin/pip" install --quiet --extra-index-url "${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}" \
+# The CPU torch first and alone, without its dependencies (its index is asked about torch
+# only; unreachable, pip would retry it for every package), then the clone.
+"$venv/bin/pip" install --quiet --no-deps --extra-index-url "${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}" \
   "torch==2.13.0+cpu" 2> >(grep -vE "^WARNING: (Location '|Retrying)" >&2)
 "$venv/bin/pip" install --quiet "$repo" 2> >(grep -vE "^WARNING: Location '" >&2)
 installed=$(($(date +%s) - start))
@@ -23,6 +24,8 @@ installed=$(($(date +%s) - start))
 if "$venv/bin/pip" list 2>/dev/null | grep -iE '^nvidia-|^triton '; then
   echo "FAIL: CUDA packages were installed" >&2; exit 1
 fi
+"$venv/bin/pip" check
+"$venv/bin/python" -c "import torch; assert torch.__version__.endswith('+cpu'), torch.__version__; print('torch', torch.__version__)"
 cd "$(mktemp -d)"   # away from the clone: only the installed package can be imported
 "$venv/bin/tandem" --version
 "$venv/bin/python" - <<'PY'

@@ -53,7 +53,7 @@ build_env() {  # build_env DIR PINFILE [post-install command...]
     if has_gpu; then
       pip_in "$dir" install --quiet "$torch_pin"
     else
-      pip_in "$dir" install --quiet --extra-index-url "$TORCH_CPU_INDEX" "${torch_pin%%+*}+cpu"
+      pip_in "$dir" install --quiet --no-deps --extra-index-url "$TORCH_CPU_INDEX" "${torch_pin%%+*}+cpu"
     fi
   fi
   pip_in "$dir" install --quiet -r "$pins"

@@ -97,12 +97,13 @@ class BwrapRunner:
             args += ["--ro-bind-try", d, d]
         for f in _SYSTEM_FILES:
             args += ["--ro-bind-try", f, f]
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
+        # After the /tmp tmpfs, so an interpreter installed under /tmp (a venv there) stays visible.
         for d in self._binds:
             args += ["--ro-bind", d, d]
         # Projects' own dependency folders (deps.py), read-only; absent until a build made one.
         args += ["--ro-bind-try", str(deps_root()), SANDBOX_DEPS]
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp",
-                 "--bind", str(repo), SANDBOX_REPO, "--chdir", SANDBOX_REPO]
+        args += ["--bind", str(repo), SANDBOX_REPO, "--chdir", SANDBOX_REPO]
         for host, inside in (read_only or {}).items():
             args += ["--ro-bind", host, inside]
         # Writable: only the repository, /tmp and /dev/shm (what a warm sandbox wipes between runs).
