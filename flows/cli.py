@@ -135,9 +135,10 @@ def main() -> None:
 
 
 # Subcommands from other modules.
-from flows import run_cli, tasks_cli  # noqa: E402
+from flows import run_cli, tasks_cli, train_cli  # noqa: E402
 
 run_cli.register(app)
+train_cli.register(app)
 app.add_typer(tasks_cli.app, name="tasks")
 
 if __name__ == "__main__":
