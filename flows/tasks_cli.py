@@ -3,6 +3,7 @@
     tandem tasks build --out corpus/                     # default pinned projects
     tandem tasks build --out c/ -p toolz -p funcy --tasks-per-project 10
     tandem tasks build --out c/ -p ~/src/myproject -p glom==25.12.0:<sha256>   # own folders, any sdist
+    tandem tasks import swe.jsonl --out c/ --repo pallets/flask=/src/flask      # SWE-bench records
     tandem tasks build --out c/ --no-default-projects --micro-train 2000 --micro-heldout 200
 
 A thin shell over engines.env.builder / micro / corpus: it prints per-project
@@ -87,6 +88,35 @@ def build(
         typer.echo(f"{'micro':<12} {'-':<8} {'-':>4} {'-':>6} {'-':>6} {'-':>7} {len(micro):>5} {sum(t.split == 'heldout' for t in micro):>7} {'-':>7}")
     typer.echo(f"total {len(loaded)} tasks ({sum(t.split == 'heldout' for t in loaded)} held out) "
                f"in {time.monotonic() - start:.0f}s -> {out / 'tasks.parquet'}")
+
+
+@app.command("import")
+def import_records_command(
+    records: Annotated[Path, typer.Argument(help="SWE-bench-style JSONL: instance_id, repo, base_commit, patch, FAIL_TO_PASS, ...")],
+    out: Annotated[Path, typer.Option(help="Corpus directory (tasks.parquet + snapshots/).")],
+    repo: Annotated[Optional[list[str]], typer.Option("--repo", help="OWNER/NAME=SOURCE: a local git clone, a project folder, a default pin or 'name==version:sha256'; repeatable.")] = None,
+    split: Annotated[str, typer.Option(help="Split of the imported tasks: train or heldout.")] = "train",
+) -> None:
+    """Import SWE-bench-style records as a corpus, materialising each repository at its base commit."""
+    from engines.env.swebench_import import import_records
+
+    try:
+        sources = dict(_source(item) for item in repo or [])
+        tasks = import_records(records, out, sources, split)
+        save_corpus(tasks, out)
+        loaded = load_corpus(out)
+    except (EnvError, ValueError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    snapshots = len({t.snapshot_uri for t in loaded})
+    typer.echo(f"imported {len(loaded)} tasks from {records} ({snapshots} repository snapshots) -> {out / 'tasks.parquet'}")
+
+
+def _source(item: str) -> tuple[str, str]:
+    name, sep, source = item.partition("=")
+    if not sep or "/" not in name or not source:
+        raise EnvError(f"--repo {item!r}: write it as OWNER/NAME=SOURCE, e.g. --repo pallets/flask=/src/flask")
+    return name, source
 
 
 if __name__ == "__main__":

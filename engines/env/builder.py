@@ -104,10 +104,14 @@ def discover(root: Path, deps_key: str | None = None) -> Project:
             sources.append(str(rel))
     if not tests:
         raise BuildError(f"{root.name}: no pytest test files (test_*.py, *_test.py) in the sdist; pick a project that ships its tests")
+    return Project(root, tuple(tests), tuple(sources), test_command(root, deps_key))
+
+
+def test_command(root: Path, deps_key: str | None = None) -> str:
+    """pytest over the project at `root`: its src/ layout and its dependency folder on PYTHONPATH."""
     paths = (["src"] if (root / "src").is_dir() else []) + ([pythonpath_entry(deps_key)] if deps_key else [])
     pythonpath = f"PYTHONPATH={':'.join(paths)} " if paths else ""
-    cmd = f"{pythonpath}python -m pytest -rA -q -p no:cacheprovider -o addopts= --tb=short"
-    return Project(root, tuple(tests), tuple(sources), cmd)
+    return f"{pythonpath}python -m pytest -rA -q -p no:cacheprovider -o addopts= --tb=short"
 
 
 def build_corpus(config: BuildConfig, out_dir: str | Path, log=print) -> tuple[list[Task], list[ProjectReport]]:
