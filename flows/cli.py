@@ -76,6 +76,8 @@ def query_command(
     max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Rows shown by --format table.")] = 100,
 ) -> None:
     """Run SQL over the trajectory lake and print the result."""
+    # Library warnings (files left out of views) are reported by the command itself.
+    logging.basicConfig(level=logging.ERROR)
     try:
         lake = connect(open_store(root), run)
         for url, reason in lake.skipped.items():
@@ -128,9 +130,10 @@ def _fail(exc: Exception) -> NoReturn:
 
 
 def main() -> None:
-    """Entry point of the `tandem` console command."""
-    # Library warnings (files left out of views) are already reported by the command.
-    logging.basicConfig(level=logging.ERROR)
+    """Entry point of the `tandem` console command. It installs no logging handler of its
+    own: a handler on the root logger makes Prefect leave the root to it, and every
+    Prefect INFO line would then be printed through it (tasks/progress.py decides what
+    Prefect shows)."""
     app()
 
 

@@ -25,23 +25,33 @@ from tasks.progress import quiet_prefect_console
 _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
-class KeysInHelp(TyperCommand):
-    """A command whose --help ends with every key of RunConfig. The list is built only
-    when help is shown: importing RunConfig loads torch and transformers (about 8 s)."""
+def keys_in_help(model_path: str) -> type[TyperCommand]:
+    """A command class whose --help ends with every key of the model at `model_path`
+    ("module:Class"). The list is built only when help is shown: importing the run's
+    configuration loads torch and transformers (about 8 s)."""
 
-    @property
-    def epilog(self) -> str:  # type: ignore[override]
-        from rich.markup import escape
+    class KeysInHelp(TyperCommand):
+        @property
+        def epilog(self) -> str:  # type: ignore[override]
+            import importlib
 
-        from flows.config_help import format_keys
-        from flows.run_config import RunConfig
+            from rich.markup import escape
 
-        return ("Configuration keys: set them in the --config TOML file (sections as tables) or as "
-                "--section.key VALUE, which wins over the file.\n\n" + escape(format_keys(RunConfig)))
+            from flows.config_help import format_keys
 
-    @epilog.setter
-    def epilog(self, value: str | None) -> None:
-        pass  # click sets it in __init__; the property above replaces it
+            module, _, name = model_path.partition(":")
+            model = getattr(importlib.import_module(module), name)
+            return ("Configuration keys: set them in the --config TOML file (sections as tables) or as "
+                    "--section.key VALUE, which wins over the file.\n\n" + escape(format_keys(model)))
+
+        @epilog.setter
+        def epilog(self, value: str | None) -> None:
+            pass  # click sets it in __init__; the property above replaces it
+
+    return KeysInHelp
+
+
+KeysInHelp = keys_in_help("flows.run_config:RunConfig")
 
 
 def run_command(

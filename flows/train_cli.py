@@ -18,7 +18,7 @@ from typing import Annotated, Optional
 import typer
 
 from flows.config import ConfigError, load_config
-from flows.run_cli import _EXTRA, KeysInHelp
+from flows.run_cli import _EXTRA, KeysInHelp, keys_in_help
 from tasks.progress import quiet_prefect_console
 
 
@@ -69,5 +69,5 @@ def eval_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sft", context_settings=_EXTRA)(sft_command)
+    app.command("sft", context_settings=_EXTRA, cls=keys_in_help("engines.trainer.config:TrainerConfig"))(sft_command)
     app.command("eval", context_settings=_EXTRA, cls=KeysInHelp)(eval_command)

@@ -22,11 +22,14 @@ CONSOLE_LEVEL = "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"
 
 
 def quiet_prefect_console(verbose: bool) -> None:
-    """Hide Prefect's INFO lines from the terminal (a level the user set is kept)."""
+    """Hide Prefect's INFO lines and weight-loading progress bars from the terminal
+    (a level the user set is kept)."""
     if verbose:
         os.environ[CONSOLE_LEVEL] = "INFO"
     else:
         os.environ.setdefault(CONSOLE_LEVEL, "WARNING")
+        # transformers' and huggingface_hub's tqdm bars (loading and writing weights).
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def console_shows_info() -> bool:

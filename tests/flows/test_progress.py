@@ -15,6 +15,7 @@ pytestmark = [pytest.mark.prefect, pytest.mark.slow]
 
 SCRIPT = textwrap.dedent("""
     import sys
+    from flows.cli import app  # everything the tandem command loads before a run starts
     from tasks.progress import quiet_prefect_console
     quiet_prefect_console(verbose=sys.argv[1] == "verbose")
     from prefect import flow, task

@@ -40,6 +40,11 @@ def test_sft_fine_tunes_a_given_model_on_user_demonstrations(tmp_path: Path, tin
     assert (out / "config.json").is_file() and list(out.glob("*.safetensors"))
 
 
+def test_sft_help_lists_the_trainer_keys() -> None:
+    result = CliRunner().invoke(app, ["sft", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "sft.max_steps (int | none) = unset" in " ".join(result.output.split())
+
+
 def test_sft_and_eval_errors_are_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"messages": "not a list"}\n')
