@@ -44,9 +44,24 @@ class OutputFormat(str, enum.Enum):
     json = "json"
 
 
+def _version(show: bool) -> None:
+    if show:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"tandem-rl {version('tandem-rl')}")
+        except PackageNotFoundError:  # run from a clone that was never installed
+            typer.echo("tandem-rl (not installed: pip install -e . to record a version)")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
-    """Keeps `tandem` a group of subcommands even while it has only a few."""
+def _root(
+    show_version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the installed version and exit.")
+    ] = False,
+) -> None:
+    """Asynchronous RL post-training of MoE models on software-engineering tasks."""
 
 
 @app.command("query")
@@ -61,6 +76,8 @@ def query_command(
     max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Rows shown by --format table.")] = 100,
 ) -> None:
     """Run SQL over the trajectory lake and print the result."""
+    # Library warnings (files left out of views) are reported by the command itself.
+    logging.basicConfig(level=logging.ERROR)
     try:
         lake = connect(open_store(root), run)
         for url, reason in lake.skipped.items():
@@ -113,16 +130,18 @@ def _fail(exc: Exception) -> NoReturn:
 
 
 def main() -> None:
-    """Entry point of the `tandem` console command."""
-    # Library warnings (files left out of views) are already reported by the command.
-    logging.basicConfig(level=logging.ERROR)
+    """Entry point of the `tandem` console command. It installs no logging handler of its
+    own: a handler on the root logger makes Prefect leave the root to it, and every
+    Prefect INFO line would then be printed through it (tasks/progress.py decides what
+    Prefect shows)."""
     app()
 
 
 # Subcommands from other modules.
-from flows import lake_cli, replay_cli, run_cli, tasks_cli  # noqa: E402
+from flows import lake_cli, replay_cli, run_cli, tasks_cli, train_cli  # noqa: E402
 
 run_cli.register(app)
+train_cli.register(app)
 app.add_typer(tasks_cli.app, name="tasks")
 app.add_typer(lake_cli.app, name="lake")
 app.add_typer(replay_cli.app, name="replay")

@@ -15,6 +15,7 @@ from flows.run_config import RunConfig
 from flows.runtime import rollout_runtime, work_dir
 from storage.atomic import write_bytes_atomic
 from storage.fs import open_store
+from tasks.progress import say
 from tasks.rollout import evaluate_policy
 
 
@@ -29,5 +30,5 @@ async def evaluate(config: RunConfig = RunConfig(), corpus_dir: str | None = Non
     shown = {k: v for k, v in result.items() if k != "solved"}  # the solved task ids stay in the stored JSON
     await acreate_table_artifact(key=f"{slug(config.run)}-eval", table=[shown],
                                  description=f"Held-out evaluation of run {config.run}")
-    print("[eval] " + " ".join(f"{k}={v}" for k, v in shown.items()))
+    say("[eval] " + " ".join(f"{k}={v}" for k, v in shown.items()))
     return result

@@ -17,12 +17,16 @@ from pathlib import Path
 
 from engines.lifetime import exit_with_parent
 from engines.trainer.lane import LaneConfig
+from tasks.progress import say
 
 
 class TrainerProcess:
-    def __init__(self, cfg: LaneConfig, config_file: Path, max_restarts: int = 3, threads: int = 1) -> None:
+    def __init__(self, cfg: LaneConfig, config_file: Path, max_restarts: int = 3, threads: int = 1,
+                 tensorboard_dir: str | None = None) -> None:
         config_file.write_text(cfg.model_dump_json(indent=1))
         self.cmd = [sys.executable, "-m", "flows.trainer_lane", "--config", str(config_file)]
+        if tensorboard_dir:
+            self.cmd += ["--tensorboard-dir", tensorboard_dir]
         # Generation and training get their own cores: torch in each trainer rank
         # (`trainer.processes` of them) uses `threads`.
         self.env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
@@ -47,7 +51,7 @@ class TrainerProcess:
             if self.restarts >= self.max_restarts:
                 raise RuntimeError(f"trainer lane exited with code {code} after {self.restarts} restarts; see its log above")
             self.restarts += 1
-            print(f"[tandem] trainer lane exited with code {code}; restarting ({self.restarts}/{self.max_restarts})", flush=True)
+            say(f"[tandem] trainer lane exited with code {code}; restarting ({self.restarts}/{self.max_restarts})")
 
     def _pin(self) -> None:  # runs in the child before exec
         os.sched_setaffinity(0, self.cores)

@@ -52,6 +52,7 @@ async def rl(config: RunConfig = RunConfig()) -> dict[str, Any]:
         LaneConfig(model_dir=v0, storage=config.storage, run=config.run, first_step=0, num_steps=config.rl.steps,
                    state_dir=str(work / "trainer_state"), trainer=config.trainer),
         work / "trainer_lane.json",
+        tensorboard_dir=config.metrics.tensorboard_dir,
     )
     lanes = [asyncio.create_task(rollout_lane(config, corpus)), asyncio.create_task(trainer.run())]
     try:

@@ -17,12 +17,14 @@ from prefect.concurrency.asyncio import concurrency
 from prefect.utilities.annotations import quote
 
 from engines.env.corpus import load_corpus
+from flows.metrics import MetricsSink, metrics_sink
 from flows.run_config import RunConfig
 from flows.runtime import rollout_runtime
 from storage import shards
 from storage.atomic import write_bytes_atomic
 from storage.fs import Store, open_store
 from tasks.limits import ROLLOUT_LIMIT, SLOT_LEASE_S
+from tasks.progress import say
 from tasks.rollout import RolloutRuntime, evaluate_policy, load_final_policy, retain_weights, rollout_step
 
 
@@ -58,6 +60,15 @@ def busy_share(start: tuple[float, ...], end: tuple[float, ...]) -> float:
 
 
 async def _steps(rt: RolloutRuntime, config: RunConfig) -> list[dict]:
+    sink = metrics_sink(config.metrics, "rollout")
+    try:
+        return await _run_steps(rt, config, sink)
+    finally:
+        if sink is not None:
+            sink.close()
+
+
+async def _run_steps(rt: RolloutRuntime, config: RunConfig, sink: MetricsSink | None) -> list[dict]:
     rl = config.rl
     results = []
     for step in range(rl.steps):
@@ -72,7 +83,9 @@ async def _steps(rt: RolloutRuntime, config: RunConfig) -> list[dict]:
         # What the step spent outside the task's body is Prefect's own cost.
         metrics.update(step=step, wall_s=wall, prefect_s=wall - metrics["task_s"])
         results.append(metrics)
-        print(
+        if sink is not None:
+            sink.log(step, metrics, "rollout")
+        say(
             f"[rollout] step {step + 1}/{rl.steps} v{metrics['policy_version']} reward={metrics['reward_mean']:.3f} "
             f"pass={metrics['pass_rate']:.3f} gen={metrics['generation_s']:.1f}s grade={metrics['grading_s']:.1f}s "
             f"update={metrics['weight_update_s']:.1f}s wait={metrics['wait_s']:.1f}s tokens={metrics['completion_tokens']}"
@@ -95,5 +108,5 @@ async def _evaluation(rt: RolloutRuntime, store: Store, config: RunConfig, heldo
     result = await evaluate_policy(quote(rt), quote(heldout), config.eval.samples, rt.pool.version)
     write_bytes_atomic(store, path, json.dumps(result).encode())
     shown = {k: v for k, v in result.items() if k != "solved"}  # the solved task ids are for paired tests
-    print(f"[eval] {name}: " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
+    say(f"[eval] {name}: " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
     return result

@@ -1,10 +1,13 @@
 """`tandem run`: the main job; `tandem prefect-setup`: what deployments need.
 
     tandem run                                  # tiny MoE on micro tasks, defaults
-    tandem run --config run.toml --rl.steps 10 --rl.async_level 0
+    tandem run --config configs/tiny.toml --rl.steps 10 --rl.async_level 0
+    tandem run --help                           # every configuration key, its default and meaning
 
 Without PREFECT_API_URL a local Prefect server is started for the run (its UI
-address is printed); with it, the run reports to that server.
+address is printed); with it, the run reports to that server. The terminal shows
+one line per step; Prefect's own log lines go to the UI, and to the terminal with
+--verbose (tasks/progress.py).
 """
 
 from __future__ import annotations
@@ -15,17 +18,50 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from flows.config import ConfigError, load_config
+from tasks.progress import quiet_prefect_console
 
 _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
+def keys_in_help(model_path: str) -> type[TyperCommand]:
+    """A command class whose --help ends with every key of the model at `model_path`
+    ("module:Class"). The list is built only when help is shown: importing the run's
+    configuration loads torch and transformers (about 8 s)."""
+
+    class KeysInHelp(TyperCommand):
+        @property
+        def epilog(self) -> str:  # type: ignore[override]
+            import importlib
+
+            from rich.markup import escape
+
+            from flows.config_help import format_keys
+
+            module, _, name = model_path.partition(":")
+            model = getattr(importlib.import_module(module), name)
+            return ("Configuration keys: set them in the --config TOML file (sections as tables) or as "
+                    "--section.key VALUE, which wins over the file.\n\n" + escape(format_keys(model)))
+
+        @epilog.setter
+        def epilog(self, value: str | None) -> None:
+            pass  # click sets it in __init__; the property above replaces it
+
+    return KeysInHelp
+
+
+KeysInHelp = keys_in_help("flows.run_config:RunConfig")
+
+
 def run_command(
     ctx: typer.Context,
-    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with a RunConfig (sections: rl, trainer, ...).")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with a RunConfig (tables: rl, trainer, ...); recipes in configs/.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print Prefect's own log lines (task runs, states).")] = False,
 ) -> None:
     """Run asynchronous RL end to end; extra `--section.key value` pairs override the config."""
+    quiet_prefect_console(verbose)  # before Prefect is imported: it reads logging settings once
     from flows.run_config import RunConfig  # torch and transformers load only for this command
 
     try:
@@ -62,5 +98,5 @@ def prefect_setup_command() -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run", context_settings=_EXTRA)(run_command)
+    app.command("run", context_settings=_EXTRA, cls=KeysInHelp)(run_command)
     app.command("prefect-setup")(prefect_setup_command)

@@ -18,8 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engines.env.config import EnvConfig
 from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingConfig
+from engines.model.hub import is_hub_id
 from engines.model.tiny import TinyModelConfig
 from engines.trainer.config import SFTConfig, TrainerConfig
+from flows.metrics import MetricsConfig
 from storage.config import StorageConfig
 from storage.layout import check_name
 
@@ -31,7 +33,8 @@ class ModelConfig(BaseModel):
 
     path: str | None = Field(
         None,
-        description="Starting checkpoint: a Hugging Face MoE causal-LM directory (local path or s3://). "
+        description="Starting checkpoint: a Hugging Face MoE causal-LM directory (local path or s3://) or a Hub model "
+        "id ('Qwen/Qwen3-30B-A3B', resolved through the Hugging Face cache; HF_HUB_OFFLINE=1 reads only the cache). "
         "None: create the tiny Qwen3-MoE and warm-start it with SFT on micro-task demonstrations.",
     )
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape of the tiny MoE when path is None.")
@@ -222,13 +225,15 @@ class RunConfig(BaseModel):
     rl: RLConfig = Field(default_factory=RLConfig, description="Steps, staleness bound, batch and group sizes.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
     retention: RetentionConfig = Field(default_factory=RetentionConfig, description="Weight versions kept as the run goes.")
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="Per-step metrics for TensorBoard (off by default).")
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
         check_name("run", self.run)
         path = self.model.path
-        if path and not path.startswith("s3://") and not os.path.isdir(path):
-            raise ValueError(f"model.path: {path!r} is not a directory; give a Hugging Face model directory or leave it unset")
+        if path and not path.startswith("s3://") and not os.path.isdir(path) and not is_hub_id(path):
+            raise ValueError(f"model.path: {path!r} is not a directory or a Hugging Face model id ('org/name'); "
+                             "give a model directory, an id, or leave it unset")
         if self.tasks.kind == "corpus" and not path:
             raise ValueError(
                 "model.path: required when tasks.kind = 'corpus' (the tiny warm start learns from micro-task "
@@ -239,6 +244,12 @@ class RunConfig(BaseModel):
             raise ValueError(
                 f"trainer.temperature ({self.trainer.temperature}) differs from inference.sampling.temperature "
                 f"({sampled_at}): the RL loss compares the trainer's logprobs with the sampler's, so set both to the same value"
+            )
+        if self.metrics.tensorboard_dir and self.trainer.processes > 1:
+            raise ValueError(
+                f"metrics.tensorboard_dir: the trainer lane writes TensorBoard metrics in-process only, and "
+                f"trainer.processes = {self.trainer.processes} runs it under torchrun; unset metrics.tensorboard_dir "
+                "(the steps table in the lake has every metric) or use trainer.processes = 1"
             )
         needed = self.rl.async_level + 1
         if self.retention.keep_last is not None and self.retention.keep_last < needed:

@@ -17,7 +17,7 @@ from flows.runtime import work_dir
 from storage import checkpoints
 from storage.errors import NotFoundError
 from storage.fs import open_store
-from tasks.training import create_model, demonstrations, fine_tune, initial_dir, publish
+from tasks.training import create_model, demonstrations, fine_tune, initial_dir, publish, resolve_model
 
 
 @flow(name="sft", log_prints=True)
@@ -29,7 +29,7 @@ def warm_start(config: RunConfig, corpus_dir: str) -> str:
     except NotFoundError:
         pass
     if config.model.path:
-        return publish(store, config.run, 0, -1, config.model.path)
+        return publish(store, config.run, 0, -1, resolve_model(config.model.path))
     train = [t for t in load_corpus(corpus_dir) if t.split == "train"]
     demos = demonstrations(quote(train), config.env.edit_attempts, config.trainer.sft.failed_attempt_share, config.tasks.seed)
     init = create_model(initial_dir(work_dir(config)), quote(demos), config.model.tiny)

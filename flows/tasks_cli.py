@@ -2,6 +2,8 @@
 
     tandem tasks build --out corpus/                     # default pinned projects
     tandem tasks build --out c/ -p toolz -p funcy --tasks-per-project 10
+    tandem tasks build --out c/ -p ~/src/myproject -p glom==25.12.0:<sha256>   # own folders, any sdist
+    tandem tasks import swe.jsonl --out c/ --repo pallets/flask=/src/flask      # SWE-bench records
     tandem tasks build --out c/ --no-default-projects --micro-train 2000 --micro-heldout 200
 
 A thin shell over engines.env.builder / micro / corpus: it prints per-project
@@ -37,7 +39,7 @@ def _group() -> None:
 @app.command("build")
 def build(
     out: Annotated[Path, typer.Option(help="Corpus directory (tasks.parquet + snapshots/).")],
-    project: Annotated[Optional[list[str]], typer.Option("--project", "-p", help="A default pin name or 'name==version:sha256'; repeatable. Default: all pinned projects.")] = None,
+    project: Annotated[Optional[list[str]], typer.Option("--project", "-p", help="A default pin name, 'name==version:sha256' or a project folder; repeatable. Default: all pinned projects.")] = None,
     default_projects: Annotated[bool, typer.Option(help="Build the pinned projects when no --project is given.")] = True,
     tasks_per_project: Annotated[int, typer.Option(help="Validated tasks wanted per project.")] = 45,
     max_mutants: Annotated[int, typer.Option(help="Most mutants tried per project.")] = 400,
@@ -48,7 +50,8 @@ def build(
     workers: Annotated[int, typer.Option(help="Parallel sandboxed runs; 0 = bounded by cores and memory.")] = 0,
     jsonl: Annotated[Optional[Path], typer.Option(help="Also export the corpus as SWE-bench-style JSONL here.")] = None,
 ) -> None:
-    """Build a corpus: real-project tasks from pinned sdists, plus optional micro tasks."""
+    """Build a corpus: real-project tasks from pinned sdists or project folders, plus optional micro tasks.
+    A project that cannot be built is named and skipped; the others' tasks are saved."""
     start = time.monotonic()
     try:
         projects = project or ([p.name for p in DEFAULT_PINS] if default_projects else [])
@@ -61,6 +64,8 @@ def build(
             tasks += generate_micro_tasks(micro_train, seed)
         if micro_heldout:
             tasks += generate_micro_tasks(micro_heldout, seed + 1, split="heldout")
+        if not tasks and any(r.skipped for r in reports):
+            raise EnvError("no project could be built: " + "; ".join(f"{r.name}: {r.skipped}" for r in reports if r.skipped))
         if not tasks:
             raise EnvError("nothing to build: give --project, keep --default-projects, or ask for micro tasks")
         save_corpus(tasks, out)
@@ -70,14 +75,48 @@ def build(
     except (EnvError, ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    typer.echo(f"{'project':<12} {'version':<8} {'tests':>6} {'stable':>6} {'mutants':>7} {'kept':>5} {'heldout':>7} {'seconds':>7}")
+    typer.echo(f"{'project':<12} {'version':<8} {'deps':>4} {'tests':>6} {'stable':>6} {'mutants':>7} {'kept':>5} {'heldout':>7} {'seconds':>7}")
     for r in reports:
-        typer.echo(f"{r.name:<12} {r.version:<8} {r.tests_total:>6} {r.tests_stable:>6} {r.mutants_tried:>7} {r.kept:>5} {r.heldout:>7} {r.seconds:>7.0f}")
+        if not r.skipped:
+            typer.echo(f"{r.name:<12} {r.version:<8} {r.dependencies:>4} {r.tests_total:>6} {r.tests_stable:>6} "
+                       f"{r.mutants_tried:>7} {r.kept:>5} {r.heldout:>7} {r.seconds:>7.0f}")
+    for r in reports:
+        if r.skipped:
+            typer.echo(f"skipped {r.name} {r.version}: {r.skipped}")
     micro = [t for t in loaded if t.env_name == "micro"]
     if micro:
-        typer.echo(f"{'micro':<12} {'-':<8} {'-':>6} {'-':>6} {'-':>7} {len(micro):>5} {sum(t.split == 'heldout' for t in micro):>7} {'-':>7}")
+        typer.echo(f"{'micro':<12} {'-':<8} {'-':>4} {'-':>6} {'-':>6} {'-':>7} {len(micro):>5} {sum(t.split == 'heldout' for t in micro):>7} {'-':>7}")
     typer.echo(f"total {len(loaded)} tasks ({sum(t.split == 'heldout' for t in loaded)} held out) "
                f"in {time.monotonic() - start:.0f}s -> {out / 'tasks.parquet'}")
+
+
+@app.command("import")
+def import_records_command(
+    records: Annotated[Path, typer.Argument(help="SWE-bench-style JSONL: instance_id, repo, base_commit, patch, FAIL_TO_PASS, ...")],
+    out: Annotated[Path, typer.Option(help="Corpus directory (tasks.parquet + snapshots/).")],
+    repo: Annotated[Optional[list[str]], typer.Option("--repo", help="OWNER/NAME=SOURCE: a local git clone, a project folder, a default pin or 'name==version:sha256'; repeatable.")] = None,
+    split: Annotated[str, typer.Option(help="Split of the imported tasks: train or heldout.")] = "train",
+) -> None:
+    """Import SWE-bench-style records as a corpus, materialising each repository at its base commit."""
+    from engines.env.swebench_import import import_records
+
+    try:
+        sources = dict(_source(item) for item in repo or [])
+        tasks = import_records(records, out, sources, split)
+        save_corpus(tasks, out)
+        loaded = load_corpus(out)
+    except (EnvError, ValueError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    snapshots = len({t.snapshot_uri for t in loaded})
+    typer.echo(f"imported {len(loaded)} tasks from {records} ({snapshots} repository snapshots) -> {out / 'tasks.parquet'}")
+
+
+def _source(item: str) -> tuple[str, str]:
+    name, sep, source = item.partition("=")
+    if not sep or "/" not in name or not source:
+        raise EnvError(f"--repo {item!r}: write it as OWNER/NAME=SOURCE, e.g. --repo pallets/flask=/src/flask")
+    return name, source
 
 
 if __name__ == "__main__":

@@ -21,9 +21,11 @@ from prefect.concurrency.sync import concurrency
 from prefect.utilities.annotations import quote
 
 from engines.trainer.lane import LaneConfig, TrainerLane, wait_for_step
+from flows.metrics import MetricsConfig, MetricsSink, metrics_sink
 from storage import checkpoints
 from storage.fs import open_store
 from tasks.limits import SLOT_LEASE_S, TRAINING_LIMIT
+from tasks.progress import say
 
 
 @task(name="wait-for-rollouts", cache_policy=NO_CACHE)
@@ -49,7 +51,7 @@ def torchrun_steps(cfg: LaneConfig, processes: int) -> int:
         latest = checkpoints.latest(store, cfg.run)
         if latest is not None and latest.version > seen:
             seen = latest.version
-            print(f"[trainer] published v{seen}")
+            say(f"[trainer] published v{seen}")
         time.sleep(1.0)
     os.unlink(f.name)
     if proc.returncode:
@@ -58,7 +60,7 @@ def torchrun_steps(cfg: LaneConfig, processes: int) -> int:
 
 
 @flow(name="trainer-lane", log_prints=True)
-def trainer_lane(config: LaneConfig) -> list[dict]:
+def trainer_lane(config: LaneConfig, tensorboard_dir: str | None = None) -> list[dict]:
     # One trainer owns the machine's cores or devices for its whole life. Taking the slot
     # once per step instead cost about 2 s per step: right after a release Prefect's
     # slot accounting still refuses the next acquisition for a while.
@@ -66,10 +68,10 @@ def trainer_lane(config: LaneConfig) -> list[dict]:
         if config.trainer.processes > 1:
             torchrun_steps(config, config.trainer.processes)
             return []
-        return _train_in_process(config)
+        return _train_in_process(config, metrics_sink(MetricsConfig(tensorboard_dir=tensorboard_dir), "trainer"))
 
 
-def _train_in_process(config: LaneConfig) -> list[dict]:
+def _train_in_process(config: LaneConfig, sink: MetricsSink | None = None) -> list[dict]:
     lane = TrainerLane(config)
     results = []
     try:
@@ -78,19 +80,24 @@ def _train_in_process(config: LaneConfig) -> list[dict]:
             wait_for_rollouts(quote(lane), step)
             m = train_step(quote(lane), step)
             results.append(m)
-            print(f"[trainer] step {step + 1}/{last} -> v{step + 1} " + " ".join(
+            if sink is not None:
+                sink.log(step, m, "trainer")
+            say(f"[trainer] step {step + 1}/{last} -> v{step + 1} " + " ".join(
                 f"{k}={m[k]:.4g}" for k in ("loss", "mismatch_kl", "entropy", "grad_norm", "training_s") if m.get(k) is not None))
     finally:
         lane.close()
+        if sink is not None:
+            sink.close()
     return results
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the trainer lane flow from a LaneConfig JSON file.")
     parser.add_argument("--config", required=True)
+    parser.add_argument("--tensorboard-dir", default=None, help="Also write each step's metrics here (TensorBoard).")
     args = parser.parse_args(argv)
     cfg = LaneConfig.model_validate(json.loads(Path(args.config).read_text()))
-    trainer_lane(cfg)
+    trainer_lane(cfg, args.tensorboard_dir)
     return 0
 
 

@@ -27,6 +27,8 @@ pip_in() {  # pip_in ENV_DIR ARGS...
   "$dir/bin/pip" "$@" 2> >(grep -vE "^WARNING: Location '" >&2)
 }
 
+TORCH_CPU_INDEX="${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 
 env_dir() {  # env_dir NAME PINFILE -> path keyed by pins + python version
@@ -42,9 +44,20 @@ build_env() {  # build_env DIR PINFILE [post-install command...]
   rm -rf "$dir"
   "$python" -m venv "$dir"
   pip_in "$dir" install --quiet --upgrade pip
-  # torch first and alone, pinned, so no resolver step can swap in another build.
+  # torch first and alone, pinned, so no resolver step can swap in another build. Without
+  # a GPU the CPU build is named explicitly (+cpu, from PyTorch's CPU index or a local
+  # wheel folder): PyPI's torch of the same version is the CUDA build, with gigabytes
+  # of GPU libraries. The later `torch==X` pin is then already satisfied.
   if grep -qE '^torch==' "$pins"; then
-    pip_in "$dir" install --quiet "$(grep -E '^torch==' "$pins")"
+    local torch_pin; torch_pin="$(grep -E '^torch==' "$pins")"
+    if has_gpu; then
+      pip_in "$dir" install --quiet "$torch_pin"
+    else
+      # A local wheel folder (pip's find-links) first: no index is asked, so a machine
+      # that cannot reach PyTorch's index loses no time on retries.
+      pip_in "$dir" install --quiet --no-deps --no-index "${torch_pin%%+*}+cpu" 2>/dev/null \
+        || pip_in "$dir" install --quiet --no-deps --extra-index-url "$TORCH_CPU_INDEX" "${torch_pin%%+*}+cpu"
+    fi
   fi
   pip_in "$dir" install --quiet -r "$pins"
   if [ "$#" -gt 0 ]; then "$@"; fi

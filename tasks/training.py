@@ -11,6 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from engines.env.micro import oracle_messages
 from engines.env.micro_demos import feedback_demonstrations
 from engines.env.types import Task
+from engines.model import hub
 from engines.model.tiny import TinyModelConfig, create_tiny_model
 from engines.protocol import render_messages
 from engines.trainer.config import TrainerConfig
@@ -38,6 +39,12 @@ def create_model(out_dir: str, conversations: list[list[dict[str, str]]], cfg: T
 @task(name="sft", cache_policy=NO_CACHE)
 def fine_tune(model_dir: str, conversations: list[list[dict[str, str]]], out_dir: str, cfg: TrainerConfig) -> str:
     return str(sft(model_dir, conversations, out_dir, cfg))
+
+
+@task(name="resolve-model", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)
+def resolve_model(path: str) -> str:
+    """A local directory for `path` (a Hugging Face id is fetched into the Hub cache once)."""
+    return hub.resolve_model(path)
 
 
 @task(name="publish-weights", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)

@@ -1,8 +1,10 @@
 """Real-repository tasks, SWE-smith style: sdist -> stable tests -> AST mutants -> validated tasks.
 
-For each pinned sdist:
-  1. download (pinned, cached) and unpack it as the corpus's snapshot of the project;
-  2. find its pytest test files and source files (generic: any pure-Python sdist);
+For each project (a pinned sdist or a local folder, sources.py):
+  1. download (pinned, cached) and unpack it, or copy the folder, as the corpus's
+     snapshot of the project;
+  2. find its pytest test files and source files (generic: any pure-Python project),
+     and install its declared dependencies into a folder of their own (deps.py);
   3. run the suite `baseline_runs` times in the sandbox; tests PASSED every time are stable;
   4. for mutants of source files (mutations.py), run the suite on the mutant and keep
      it when every stable test was still collected (imports work) and 1 to `max_f2p`
@@ -12,7 +14,10 @@ For each pinned sdist:
      of the same test files; the problem statement gives failing test names and their
      assertion output, not the answer;
   6. validate with the real grader: the gold patch resolves the task.
-A project without stable tests is refused with a BuildError naming it.
+A project that cannot be built (no tests, no stable test, dependencies that do not
+install, a download that fails) is reported with its reason and skipped; the other
+projects' tasks are kept, and the corpus is saved after each project, so a build
+stopped midway keeps what it validated.
 """
 
 from __future__ import annotations
@@ -25,18 +30,21 @@ import shlex
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from engines.env.config import EnvConfig
-from engines.env.errors import BuildError
+from engines.env.corpus import save_corpus
+from engines.env.deps import declared_requirements, ensure_deps, pythonpath_entry
+from engines.env.errors import BuildError, TaskError
 from engines.env.grader import GradingPool
 from engines.env.mutations import Mutation, mutations
 from engines.env.report import frame_log, parse_statuses
 from engines.env.sandbox import make_runner
-from engines.env.sdists import DEFAULT_PINS, SdistPin, extract_sdist, fetch_sdist
+from engines.env.sdists import DEFAULT_PINS
+from engines.env.sources import ProjectSource, project_source
 from engines.env.types import Task
 from engines.env.workspace import Workspace, read_tree, unified_diff
 
@@ -47,7 +55,7 @@ _SKIP_DIRS = {"docs", "doc", "examples", "example", "benchmarks", "bench", "buil
 class BuildConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    projects: list[str] = Field(default_factory=lambda: [p.name for p in DEFAULT_PINS], description="Default pin names or 'name==version:sha256' specs.")
+    projects: list[str] = Field(default_factory=lambda: [p.name for p in DEFAULT_PINS], description="Default pin names, 'name==version:sha256' specs or project folders.")
     tasks_per_project: int = Field(45, ge=1, description="Validated tasks wanted per project; mutants are tried until reached.")
     max_mutants_per_project: int = Field(400, ge=1, description="Upper bound on mutants tried per project (each costs one suite run).")
     baseline_runs: int = Field(3, ge=1, description="Suite runs on the clean project; tests PASSED in all of them are 'stable'.")
@@ -68,6 +76,8 @@ class ProjectReport:
     heldout: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    dependencies: int = 0  # declared requirements installed for its tests
+    skipped: str = ""  # why the project gave no tasks, when it could not be built
 
 
 @dataclass(frozen=True)
@@ -76,9 +86,10 @@ class Project:
     test_files: tuple[str, ...]
     source_files: tuple[str, ...]
     test_cmd: str
+    requirements: tuple[str, ...] = ()  # installed beside it (deps.py); kept in each task's metadata
 
 
-def discover(root: Path) -> Project:
+def discover(root: Path, deps_key: str | None = None) -> Project:
     """Test files (test_*.py, *_test.py, tests.py) and mutable source files of a project tree."""
     tests, sources = [], []
     for path in sorted(root.rglob("*.py")):
@@ -93,28 +104,47 @@ def discover(root: Path) -> Project:
             sources.append(str(rel))
     if not tests:
         raise BuildError(f"{root.name}: no pytest test files (test_*.py, *_test.py) in the sdist; pick a project that ships its tests")
-    pythonpath = "PYTHONPATH=src " if (root / "src").is_dir() else ""
-    cmd = f"{pythonpath}python -m pytest -rA -q -p no:cacheprovider -o addopts= --tb=short"
-    return Project(root, tuple(tests), tuple(sources), cmd)
+    return Project(root, tuple(tests), tuple(sources), test_command(root, deps_key))
+
+
+def test_command(root: Path, deps_key: str | None = None) -> str:
+    """pytest over the project at `root`: its src/ layout and its dependency folder on PYTHONPATH."""
+    paths = (["src"] if (root / "src").is_dir() else []) + ([pythonpath_entry(deps_key)] if deps_key else [])
+    pythonpath = f"PYTHONPATH={':'.join(paths)} " if paths else ""
+    return f"{pythonpath}python -m pytest -rA -q -p no:cacheprovider -o addopts= --tb=short"
 
 
 def build_corpus(config: BuildConfig, out_dir: str | Path, log=print) -> tuple[list[Task], list[ProjectReport]]:
-    """Build every project of `config` into `out_dir` (snapshots under out_dir/snapshots)."""
+    """Build every project of `config` into `out_dir` (snapshots under out_dir/snapshots),
+    saving the corpus after each; a project that cannot be built is skipped with its reason.
+    Specs are all read first: a malformed one stops the build before anything runs."""
     out = Path(out_dir).resolve()
+    sources = [project_source(spec) for spec in config.projects]
     tasks, reports = [], []
-    for spec in config.projects:
-        pin = SdistPin.parse(spec)
-        project_tasks, report = build_project(pin, out, config, log)
+    for source in sources:
+        try:
+            project_tasks, report = build_project(source, out, config, log)
+        except (BuildError, TaskError, OSError) as exc:
+            report = ProjectReport(source.name, source.version, skipped=str(exc))
+            log(f"[{source.name}] skipped: {exc}")
+            project_tasks = []
         tasks += project_tasks
         reports.append(report)
+        if project_tasks:
+            save_corpus(tasks, out)  # atomic: what is validated so far survives a stop
     return tasks, reports
 
 
-def build_project(pin: SdistPin, out: Path, config: BuildConfig, log=print) -> tuple[list[Task], ProjectReport]:
+def build_project(pin: ProjectSource, out: Path, config: BuildConfig, log=print) -> tuple[list[Task], ProjectReport]:
     start = time.monotonic()
     report = ProjectReport(pin.name, pin.version)
-    root = extract_sdist(fetch_sdist(pin), out / "snapshots" / f"{pin.name}-{pin.version}")
-    project = discover(root)
+    root = pin.materialise(out / "snapshots" / f"{pin.name}-{pin.version}")
+    requirements = declared_requirements(root, config.env.python)
+    deps_key = ensure_deps(requirements, config.env.python)
+    report.dependencies = len(requirements)
+    if requirements:
+        log(f"[{pin.name}] dependencies installed: {', '.join(requirements)}")
+    project = replace(discover(root, deps_key), requirements=tuple(requirements))
     clean = read_tree(root)
     env = config.env
     runner = make_runner(env)
@@ -185,7 +215,7 @@ def _stable_tests(runner, ws: Workspace, suite: str, runs: int) -> tuple[float, 
 
 
 def _try_mutant(free: "queue.Queue[Workspace]", suite: str, runner, stable: list[str], config: BuildConfig,
-                pin: SdistPin, project: Project, rel: str, mutation: Mutation) -> Task | str:
+                pin: ProjectSource, project: Project, rel: str, mutation: Mutation) -> Task | str:
     """One mutant's suite run; a draft task, or the reason it was rejected."""
     ws = free.get()
     try:
@@ -214,6 +244,8 @@ def _try_mutant(free: "queue.Queue[Workspace]", suite: str, runner, stable: list
     heldout = int(hashlib.sha256(ident.encode()).hexdigest(), 16) % 1000 < config.heldout_fraction * 1000
     meta = {"bug_patch": bug_patch, "bug": mutation.kind, "file": rel, "line": mutation.line,
             "test_files": list(project.test_files)}
+    if project.requirements:
+        meta["requirements"] = list(project.requirements)  # to install them again where the corpus is used
     return Task(
         instance_id=ident, repo=pin.name, version=pin.version,
         base_commit=hashlib.sha256((pin.sha256 + bug_patch).encode()).hexdigest()[:16],
@@ -236,7 +268,7 @@ def _validate(grader: GradingPool, drafts: list[Task]) -> list[tuple[Task, str]]
             for t, g in zip(drafts, results)]
 
 
-def _problem_statement(pin: SdistPin, broken: list[str], output: str, limit: int = 1500) -> str:
+def _problem_statement(pin: ProjectSource, broken: list[str], output: str, limit: int = 1500) -> str:
     summary = [line for line in output.splitlines() if line.startswith("FAILED ") and line.split()[1] in broken]
     errors = [line for line in output.splitlines() if line.startswith("E ")][:12]
     text = (f"Some tests of {pin.name} {pin.version} fail. Fix the source code so they pass; the tests are correct.\n"

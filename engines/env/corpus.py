@@ -125,11 +125,12 @@ def import_jsonl(path: str | Path, snapshots_dir: str | Path | None = None, spli
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise TaskError(f"{path}:{lineno}: not JSON ({exc})") from exc
-            tasks.append(_from_record(record, snapshots_dir, split, f"{path}:{lineno}"))
+            tasks.append(task_from_record(record, snapshots_dir, split, f"{path}:{lineno}"))
     return tasks
 
 
-def _from_record(record: dict, snapshots_dir: str | Path | None, split: str, where: str) -> Task:
+def task_from_record(record: dict, snapshots_dir: str | Path | None, split: str, where: str) -> Task:
+    """One SWE-bench-style record as a task; `where` names it in errors (file:line)."""
     ident = record.get("instance_id")
     missing = [k for k in ("instance_id", "repo", "patch", "FAIL_TO_PASS") if not record.get(k)]
     if missing:

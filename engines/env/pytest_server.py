@@ -39,7 +39,6 @@ import json
 import os
 import resource
 import select
-import shutil
 import signal
 import sys
 import time
@@ -198,16 +197,23 @@ def _finish(pid: int, timed_out: bool) -> int | None:
 
 
 def _empty(directory: str) -> None:
-    """Delete everything in `directory` (a writable tmpfs the next run must find empty)."""
-    for name in os.listdir(directory):
-        path = os.path.join(directory, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
+    """Delete everything in `directory` (a writable tmpfs the next run must find empty),
+    except read-only mounts inside it (an interpreter installed under /tmp), which are
+    not even walked."""
+    made = []
+    for root, dirs, files in os.walk(directory, topdown=True):
+        dirs[:] = [d for d in dirs if not os.path.ismount(os.path.join(root, d))]
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
             try:
-                os.unlink(path)
+                os.unlink(os.path.join(root, name))
             except OSError:
                 pass
+        made += [os.path.join(root, d) for d in dirs]
+    for path in reversed(made):  # deepest first
+        try:
+            os.rmdir(path)  # fails, as it should, on a folder that holds a mount
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 What the bubblewrap backend protects against (each is tested):
   - network access: every namespace is unshared; only loopback exists inside;
   - reading or writing outside the repository: the root is empty except read-only
-    system directories and the Python installation; the repository copy is the
+    system directories, the Python installation and the projects' dependency folders
+    (deps.py); the repository copy is the
     only writable bind (at /repo); /tmp is a private tmpfs;
   - fork bombs and memory bombs: cgroup (v2 or v1) pids and memory caps on the whole tree;
   - busy loops and sleeps: CPU-time rlimit, and a wall-clock timeout that kills
@@ -37,6 +38,7 @@ from typing import Protocol
 
 from engines.env.cgroup import CgroupCaps, unavailable
 from engines.env.config import EnvConfig, SandboxLimits
+from engines.env.deps import DEPS_VAR, SANDBOX_DEPS, deps_root
 from engines.env.errors import SandboxUnavailableError
 
 log = logging.getLogger(__name__)
@@ -95,10 +97,13 @@ class BwrapRunner:
             args += ["--ro-bind-try", d, d]
         for f in _SYSTEM_FILES:
             args += ["--ro-bind-try", f, f]
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
+        # After the /tmp tmpfs, so an interpreter installed under /tmp (a venv there) stays visible.
         for d in self._binds:
             args += ["--ro-bind", d, d]
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp",
-                 "--bind", str(repo), SANDBOX_REPO, "--chdir", SANDBOX_REPO]
+        # Projects' own dependency folders (deps.py), read-only; absent until a build made one.
+        args += ["--ro-bind-try", str(deps_root()), SANDBOX_DEPS]
+        args += ["--bind", str(repo), SANDBOX_REPO, "--chdir", SANDBOX_REPO]
         for host, inside in (read_only or {}).items():
             args += ["--ro-bind", host, inside]
         # Writable: only the repository, /tmp and /dev/shm (what a warm sandbox wipes between runs).
@@ -132,7 +137,7 @@ class UnsandboxedRunner:
 
     def run(self, command: str, repo: Path, extra_env: dict[str, str] | None = None) -> RunResult:
         log.warning("running %r WITHOUT a sandbox in %s (allow_unsandboxed=True)", command[:80], repo)
-        env = _sandbox_env(self.config.python) | {"HOME": str(repo)} | (extra_env or {})
+        env = _sandbox_env(self.config.python, str(deps_root())) | {"HOME": str(repo)} | (extra_env or {})
         return _run_capped(["/bin/sh", "-c", command], env, self.config, cwd=str(repo))
 
 
@@ -267,8 +272,9 @@ def _python_dirs(python: str) -> list[str]:
     return sorted(set(dirs))
 
 
-def _sandbox_env(python: str) -> dict[str, str]:
+def _sandbox_env(python: str, deps: str = SANDBOX_DEPS) -> dict[str, str]:
     return {
+        DEPS_VAR: deps,  # test commands of projects with dependencies put $TANDEM_DEPS/<key> on PYTHONPATH
         "PATH": f"{Path(python).parent}:/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
         "LANG": "C.UTF-8",

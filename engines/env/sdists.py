@@ -45,6 +45,10 @@ class SdistPin:
             raise BuildError(f"{text!r}: give the sdist's sha256 after the version, as 'name==version:<64 hex digits>'")
         return cls(name, version, sha.lower())
 
+    def materialise(self, dest: Path) -> Path:
+        """The unpacked sdist at `dest` (downloaded once into the cache)."""
+        return extract_sdist(fetch_sdist(self), dest)
+
 
 # Pure-Python projects whose sdists ship pytest suites that run in seconds.
 DEFAULT_PINS = (

@@ -1,0 +1,73 @@
+"""`tandem sft` and `tandem eval`: fine-tune a given model on your demonstrations,
+and evaluate a run's newest weights on held-out tasks.
+
+    tandem sft --model Qwen/Qwen3-30B-A3B --data demos.jsonl --out sft-model/ --sft.max_steps 200
+    tandem eval --config configs/tiny.toml --eval.tasks 100
+
+`tandem sft` takes TrainerConfig keys as overrides (`--lr`, `--sft.max_steps`,
+`--seq_len`, `--export_format bf16`); `tandem eval` takes the same configuration
+as `tandem run` (see `tandem run --help`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from flows.config import ConfigError, load_config
+from flows.run_cli import _EXTRA, KeysInHelp, keys_in_help
+from tasks.progress import quiet_prefect_console
+
+
+def sft_command(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Option("--model", help="Model directory, s3:// URI or Hugging Face model id.")],
+    data: Annotated[Path, typer.Option("--data", help="Conversations: JSONL ({'messages': [...]} per line) or Parquet.")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for the fine-tuned weights (Hugging Face layout).")],
+    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with TrainerConfig keys.")] = None,
+) -> None:
+    """Supervised fine-tuning of a given model on your demonstrations; extra `--key value` pairs set TrainerConfig."""
+    from engines.model.hub import resolve_model
+    from engines.trainer.config import TrainerConfig
+    from engines.trainer.demos import load_conversations
+    from engines.trainer.sft import sft
+
+    try:
+        cfg = load_config(TrainerConfig, config, list(ctx.args))
+        conversations = load_conversations(data)
+        model_dir = resolve_model(model)
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"[sft] {len(conversations)} conversations from {data}; model {model_dir}")
+    path = sft(model_dir, conversations, str(out), cfg, log=typer.echo)
+    typer.echo(f"[sft] weights written to {path}")
+
+
+def eval_command(
+    ctx: typer.Context,
+    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with a RunConfig; recipes in configs/.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print Prefect's own log lines.")] = False,
+) -> None:
+    """Evaluate a run's newest weights (pass@1, pass@k) on its held-out tasks."""
+    quiet_prefect_console(verbose)
+    from flows.run_config import RunConfig
+
+    try:
+        cfg = load_config(RunConfig, config, list(ctx.args))
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    from flows.evaluate import evaluate
+    from flows.prefect_api import prefect_api
+
+    with prefect_api():
+        asyncio.run(evaluate(cfg))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sft", context_settings=_EXTRA, cls=keys_in_help("engines.trainer.config:TrainerConfig"))(sft_command)
+    app.command("eval", context_settings=_EXTRA, cls=KeysInHelp)(eval_command)

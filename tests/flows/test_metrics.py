@@ -1,0 +1,48 @@
+"""Per-step metrics in TensorBoard event files: off by default, and what is written
+reads back as TensorBoard would read it (TFRecord framing, Event protos)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from tensorboardX.proto.event_pb2 import Event
+
+from flows.config import load_config
+from flows.metrics import TensorBoardSink, metrics_sink
+from flows.run_config import RunConfig
+
+
+def read_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in every event file under `logdir`: tag -> [(step, value)]."""
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(logdir.glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        pos = 0
+        while pos < len(data):
+            (length,) = struct.unpack("<Q", data[pos : pos + 8])
+            event = Event.FromString(data[pos + 12 : pos + 12 + length])  # 8 length + 4 length crc
+            pos += 12 + length + 4  # payload + its crc
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+def test_metrics_are_off_by_default() -> None:
+    assert metrics_sink(load_config(RunConfig, None, []).metrics, "rollout") is None
+
+
+def test_rollout_and_trainer_steps_read_back_from_one_folder(tmp_path: Path) -> None:
+    cfg = load_config(RunConfig, None, ["--metrics.tensorboard_dir", str(tmp_path / "tb")])
+    rollout, trainer = metrics_sink(cfg.metrics, "rollout"), TensorBoardSink(cfg.metrics.tensorboard_dir, "trainer")
+    assert isinstance(rollout, TensorBoardSink)
+    for step in range(3):
+        rollout.log(step, {"reward_mean": 0.1 * step, "tokens": 100 + step, "policy_version": step, "notes": "text"}, "rollout")
+        trainer.log(step, {"loss": -0.5 * step, "grad_norm": 1.0, "step": step}, "trainer")
+    rollout.close()
+    trainer.close()
+    scalars = read_scalars(tmp_path / "tb")
+    assert set(scalars) == {"rollout/reward_mean", "rollout/tokens", "rollout/policy_version", "trainer/loss", "trainer/grad_norm"}
+    assert [s for s, _ in scalars["rollout/reward_mean"]] == [0, 1, 2]
+    assert [round(v, 5) for _, v in scalars["rollout/reward_mean"]] == [0.0, 0.1, 0.2]
+    assert [v for _, v in scalars["trainer/loss"]] == [0.0, -0.5, -1.0]

@@ -1,0 +1,62 @@
+"""Every recipe in configs/ is a valid RunConfig, and `tandem run --help` lists every
+key with its type, default and description."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.config import ConfigError, load_config
+from flows.config_help import config_keys
+from flows.run_config import RunConfig
+
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"))
+
+
+def test_there_are_cpu_corpus_and_gpu_recipes() -> None:
+    names = {p.stem for p in CONFIGS}
+    assert {"tiny", "corpus", "qwen3-30b-a3b-8gpu", "glm5-multinode"} <= names
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_recipe_validates(path: Path) -> None:
+    cfg = load_config(RunConfig, path, [])
+    assert cfg.rl.batch_size % cfg.rl.group_size == 0
+    assert cfg.inference.limits.max_total_tokens <= cfg.inference.max_model_len
+
+
+def test_tiny_recipe_is_the_default_run() -> None:
+    assert load_config(RunConfig, CONFIGS[0].with_name("tiny.toml"), []) == load_config(RunConfig, None, [])
+
+
+def test_gpu_recipes_ask_for_gpu_options() -> None:
+    qwen = load_config(RunConfig, CONFIGS[0].with_name("qwen3-30b-a3b-8gpu.toml"), [])
+    assert qwen.model.path == "Qwen/Qwen3-30B-A3B" and qwen.inference.cluster.expert_parallel
+    assert qwen.inference.cluster.tensor_parallel_size * qwen.inference.cluster.data_parallel_size == 4
+    glm = load_config(RunConfig, CONFIGS[0].with_name("glm5-multinode.toml"), [])
+    cluster = glm.inference.cluster
+    assert cluster.fp8 == "checkpoint" and cluster.expert_parallel and cluster.disaggregation is not None
+    assert glm.storage.root.startswith("s3://") and glm.trainer.export_format == "fp8"
+
+
+def test_recipe_keys_can_be_overridden_and_typos_are_refused() -> None:
+    path = CONFIGS[0].with_name("corpus.toml")
+    assert load_config(RunConfig, path, ["--rl.steps", "3"]).rl.steps == 3
+    with pytest.raises(ConfigError, match=r"rl\.stepz.*did you mean rl\.steps"):
+        load_config(RunConfig, path, ["--rl.stepz", "3"])
+
+
+def test_run_help_lists_every_key_with_default_and_description() -> None:
+    result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # rich wraps long descriptions
+    assert "rl.steps (int) = 50" in text
+    assert " ".join(RunConfig.model_fields["rl"].annotation.model_fields["steps"].description.split()) in text
+    keys = config_keys(RunConfig)
+    assert len(keys) > 80
+    missing = [k.dotted for k in keys if f"{k.dotted} (" not in text]
+    assert not missing, missing
+    assert "inference.cluster.disaggregation (section) = unset (off)" in text

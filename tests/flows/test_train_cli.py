@@ -1,0 +1,54 @@
+"""`tandem sft` on the user's own demonstrations (JSONL or Parquet), and `tandem eval`'s
+configuration handling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from typer.testing import CliRunner
+
+from engines.trainer.demos import load_conversations
+from flows.cli import app
+
+CONVERSATIONS = [
+    [{"role": "user", "content": f"def add(a, b): return a - b  # case {i}"},
+     {"role": "assistant", "content": "edit m.py 1\n    return a + b\nsubmit"}]
+    for i in range(8)
+]
+
+
+def test_jsonl_and_parquet_give_the_same_conversations(tmp_path: Path) -> None:
+    jsonl = tmp_path / "demos.jsonl"
+    jsonl.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS))
+    parquet = tmp_path / "demos.parquet"
+    pq.write_table(pa.table({"messages": CONVERSATIONS}), parquet)
+    assert load_conversations(jsonl) == load_conversations(parquet) == CONVERSATIONS
+
+
+def test_sft_fine_tunes_a_given_model_on_user_demonstrations(tmp_path: Path, tiny_model_dir: Path) -> None:
+    data = tmp_path / "demos.jsonl"
+    data.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS))
+    out = tmp_path / "sft-model"
+    result = CliRunner().invoke(app, ["sft", "--model", str(tiny_model_dir), "--data", str(data), "--out", str(out),
+                                      "--sft.max_steps", "4", "--sft.batch_size", "4", "--sft.log_every", "2",
+                                      "--seq_len", "256"])
+    assert result.exit_code == 0, result.output
+    assert "[sft] 8 conversations" in result.output and "[sft] step 4 loss" in result.output
+    assert (out / "config.json").is_file() and list(out.glob("*.safetensors"))
+
+
+def test_sft_help_lists_the_trainer_keys() -> None:
+    result = CliRunner().invoke(app, ["sft", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "sft.max_steps (int | none) = unset" in " ".join(result.output.split())
+
+
+def test_sft_and_eval_errors_are_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": "not a list"}\n')
+    result = CliRunner().invoke(app, ["sft", "--model", str(tmp_path), "--data", str(bad), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1 and result.output.startswith("error:") and "bad.jsonl:1" in result.output
+    result = CliRunner().invoke(app, ["eval", "--eval.taskz", "3"])
+    assert result.exit_code == 1 and "eval.taskz" in result.output and "did you mean eval.tasks" in result.output
