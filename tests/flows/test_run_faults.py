@@ -131,6 +131,8 @@ def faulted_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
         seen["prefect_killed"] = server[0][0]
         seen["prefect_back"] = _until("a new Prefect server", lambda: [p for p in _procs(
             lambda cmd, ppid: ppid == proc.pid and "prefect server start" in cmd) if p[0] != server[0][0]], 120, proc)
+        # Healthy again before the next kill, or the run would be killed while still restarting it.
+        _until("the Prefect server back", lambda: "the Prefect server is back" in log.read_text(errors="replace"), 180, proc)
 
         # 3. The rollout lane (the run's process, and with it the whole run) in the middle of a step.
         def mid_step() -> int | None:
