@@ -310,7 +310,13 @@ class ServerPool:
     async def _restarted_after_death(self, slot: ServerSlot) -> bool:
         """A local server that died before or during an update is restarted; its restart
         reloads `_reload_from`, the weights being loaded. True when it is back on them."""
-        if slot.process is None or slot.process.alive():
+        if slot.process is None:
+            return False
+        for _ in range(20):  # a server that is dying may break its connection before it is gone
+            if not slot.process.alive():
+                break
+            await asyncio.sleep(0.1)
+        else:
             return False  # alive and failing: a real update error
         self._recover(slot)
         if slot.recovering is not None:

