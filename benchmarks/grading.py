@@ -45,16 +45,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engines.env.builder import BuildConfig, build_corpus, discover  # noqa: E402
-from engines.env.config import EnvConfig  # noqa: E402
-from engines.env.corpus import load_corpus, save_corpus  # noqa: E402
-from engines.env.grader import GradingPool, targeted_command  # noqa: E402
-from engines.env.micro import generate_micro_tasks  # noqa: E402
-from engines.env.report import evaluate, frame_log  # noqa: E402
-from engines.env.sandbox import _sandbox_env, make_runner  # noqa: E402
-from engines.env.types import Task  # noqa: E402
-from engines.env.warm_pytest import WarmPytest, pytest_args  # noqa: E402
-from engines.env.workspace import Workspace, git_apply  # noqa: E402
+from engines.env.builder import BuildConfig, build_corpus, discover
+from engines.env.config import EnvConfig
+from engines.env.corpus import load_corpus, save_corpus
+from engines.env.grader import GradingPool, targeted_command
+from engines.env.micro import generate_micro_tasks
+from engines.env.report import evaluate, frame_log
+from engines.env.sandbox import _sandbox_env, make_runner
+from engines.env.types import Task
+from engines.env.warm_pytest import WarmPytest, pytest_args
+from engines.env.workspace import Workspace, git_apply
 
 
 def bench_corpus(path: str | None, n: int) -> list[Task]:
@@ -63,7 +63,9 @@ def bench_corpus(path: str | None, n: int) -> list[Task]:
     else:
         cache = Path(os.environ.get("TANDEM_CACHE", Path.home() / ".cache" / "tandem-rl")) / "bench-corpus"
         if not (cache / "tasks.parquet").exists():
-            tasks, _ = build_corpus(BuildConfig(projects=["toolz"], tasks_per_project=n, max_mutants_per_project=60), cache)
+            tasks, _ = build_corpus(
+                BuildConfig(projects=["toolz"], tasks_per_project=n, max_mutants_per_project=60), cache
+            )
             save_corpus(tasks, cache)
         tasks = load_corpus(cache)
     by_repo: dict[str, list[Task]] = {}
@@ -90,13 +92,16 @@ def naive_grade(task: Task, patch: str, scratch: Path) -> bool:
         cmd = " ".join([task.test_cmd, "--continue-on-collection-errors", *map(shlex.quote, project.test_files)])
         env = _sandbox_env(sys.executable)
         proc = subprocess.run(["/bin/sh", "-c", cmd], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
-        return evaluate(frame_log(proc.stdout + proc.stderr, proc.returncode), task.log_parser,
-                        task.FAIL_TO_PASS, task.PASS_TO_PASS).resolved
+        return evaluate(
+            frame_log(proc.stdout + proc.stderr, proc.returncode), task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS
+        ).resolved
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def sandbox_overhead(tasks: list[Task], config: EnvConfig, scratch: Path, repeats: int) -> tuple[float, float, float, float]:
+def sandbox_overhead(
+    tasks: list[Task], config: EnvConfig, scratch: Path, repeats: int
+) -> tuple[float, float, float, float]:
     """Seconds of the same targeted runs: sandboxed (a fresh sandbox per run), plain, and
     in a warm sandbox (pytest already imported)."""
     runner = make_runner(config)
@@ -163,7 +168,11 @@ def main() -> None:
         "ours_episodes_per_s": round(len(episodes) / ours_s, 3),
         "throughput_ratio": round(naive_s / ours_s, 2),
         "decisions_agree": naive == [r.resolved for r in ours],
-        "disagreements": [f"{t.instance_id}:{'gold' if p else 'empty'}" for (t, p), n, r in zip(episodes, naive, ours) if n != r.resolved],
+        "disagreements": [
+            f"{t.instance_id}:{'gold' if p else 'empty'}"
+            for (t, p), n, r in zip(episodes, naive, ours)
+            if n != r.resolved
+        ],
         "resolved": sum(r.resolved for r in ours),
         "infra_failures": sum(r.infra_failure for r in ours),
         "sandboxed_run_s": round(boxed, 3),

@@ -38,9 +38,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engines.inference.agent import AgentLoop, EpisodeRequest  # noqa: E402
-from engines.inference.config import InferenceConfig  # noqa: E402
-from engines.inference.server_pool import ServerPool  # noqa: E402
+from engines.inference.agent import AgentLoop, EpisodeRequest
+from engines.inference.config import InferenceConfig
+from engines.inference.server_pool import ServerPool
 
 
 @dataclass
@@ -82,7 +82,9 @@ class IgnoreEosAgent(AgentLoop):
 
 
 async def ours(agent: AgentLoop, prompts: list[str], seed: int | None) -> tuple[int, float]:
-    reqs = [EpisodeRequest("bench", "g", i, lambda t=text: SingleTurnEnv(t), seed=seed) for i, text in enumerate(prompts)]
+    reqs = [
+        EpisodeRequest("bench", "g", i, lambda t=text: SingleTurnEnv(t), seed=seed) for i, text in enumerate(prompts)
+    ]
     start = time.perf_counter()
     episodes = await agent.run_episodes(reqs)
     seconds = time.perf_counter() - start
@@ -92,7 +94,9 @@ async def ours(agent: AgentLoop, prompts: list[str], seed: int | None) -> tuple[
     return sum(sum(e.loss_mask) for e in episodes), seconds
 
 
-async def vllm_batched(pool: ServerPool, prompt_ids: list[list[int]], max_tokens: int, seed: int | None) -> tuple[int, float]:
+async def vllm_batched(
+    pool: ServerPool, prompt_ids: list[list[int]], max_tokens: int, seed: int | None
+) -> tuple[int, float]:
     body = {
         "model": pool.model_name,
         "prompt": prompt_ids,
@@ -110,15 +114,27 @@ async def vllm_batched(pool: ServerPool, prompt_ids: list[list[int]], max_tokens
     return sum(len(c["token_ids"]) for c in response.json()["choices"]), seconds
 
 
-async def plain_requests(pool: ServerPool, prompt_ids: list[list[int]], max_tokens: int, seed: int | None) -> tuple[int, float]:
+async def plain_requests(
+    pool: ServerPool, prompt_ids: list[list[int]], max_tokens: int, seed: int | None
+) -> tuple[int, float]:
     """The per-request pattern without our code: one bare HTTP request per prompt, all at once."""
 
     def body(ids: list[int]) -> dict[str, Any]:
-        return {"model": pool.model_name, "prompt": ids, "max_tokens": max_tokens, "temperature": 1.0, "seed": seed,
-                "ignore_eos": True, "logprobs": 0, "return_token_ids": True}  # fmt: skip
+        return {
+            "model": pool.model_name,
+            "prompt": ids,
+            "max_tokens": max_tokens,
+            "temperature": 1.0,
+            "seed": seed,
+            "ignore_eos": True,
+            "logprobs": 0,
+            "return_token_ids": True,
+        }
 
     start = time.perf_counter()
-    responses = await asyncio.gather(*(pool._http.post(f"{pool.urls[0]}/v1/completions", json=body(i)) for i in prompt_ids))
+    responses = await asyncio.gather(
+        *(pool._http.post(f"{pool.urls[0]}/v1/completions", json=body(i)) for i in prompt_ids)
+    )
     seconds = time.perf_counter() - start
     return sum(len(r.json()["choices"][0]["token_ids"]) for r in responses), seconds
 
@@ -137,7 +153,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         max_num_seqs=args.prompts,
         concurrency_per_server=args.prompts,
         sampling={"max_tokens_per_turn": args.max_tokens},
-        limits={"max_turns": 1, "max_total_tokens": 1024, "max_concurrent_episodes": args.prompts, "wall_seconds": 3600},
+        limits={
+            "max_turns": 1,
+            "max_total_tokens": 1024,
+            "max_concurrent_episodes": args.prompts,
+            "wall_seconds": 3600,
+        },
         log_dir=str(work / "logs"),
     )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -184,7 +205,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def make_tiny_model(out: Path, seed: int) -> Path:
     from engines.model.tiny import TinyModelConfig, create_tiny_model
 
-    texts = ["def add(a, b):\n    return a + b\n", "assert is_even(2)\n", "edit m.py 3\n    return x - 1\n", "view m.py\nsubmit\n"] * 50
+    texts = [
+        "def add(a, b):\n    return a + b\n",
+        "assert is_even(2)\n",
+        "edit m.py 3\n    return x - 1\n",
+        "view m.py\nsubmit\n",
+    ] * 50
     return create_tiny_model(out, texts, TinyModelConfig(seed=seed))
 
 
@@ -194,7 +220,9 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed of every request; -1: unseeded (RL's default)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="sampling seed of every request; -1: unseeded (RL's default)"
+    )
     args = parser.parse_args()
     args.seed = None if args.seed < 0 else args.seed
     print(json.dumps(asyncio.run(run(args))))

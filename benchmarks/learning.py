@@ -49,10 +49,21 @@ def continued_sft(config: RunConfig, v0: str, seconds: float, out: Path) -> Path
     """SFT from `v0` for `seconds` on fresh demonstrations, at the learning rate the
     warm start's cosine ended on (continuing it, not restarting it)."""
     fresh = generate_micro_tasks(_FRESH_TASKS, seed=config.tasks.seed + _FRESH_SEED_OFFSET)
-    demos = feedback_demonstrations(fresh, config.env.edit_attempts, config.trainer.sft.failed_attempt_share,
-                                    seed=config.tasks.seed + _FRESH_SEED_OFFSET)
-    sft_cfg = config.trainer.sft.model_copy(update={"lr": config.trainer.sft.lr * 0.1, "warmup_steps": 0,
-                                                    "schedule": "constant", "max_steps": None, "max_seconds": seconds})
+    demos = feedback_demonstrations(
+        fresh,
+        config.env.edit_attempts,
+        config.trainer.sft.failed_attempt_share,
+        seed=config.tasks.seed + _FRESH_SEED_OFFSET,
+    )
+    sft_cfg = config.trainer.sft.model_copy(
+        update={
+            "lr": config.trainer.sft.lr * 0.1,
+            "warmup_steps": 0,
+            "schedule": "constant",
+            "max_steps": None,
+            "max_seconds": seconds,
+        }
+    )
     trainer = config.trainer.model_copy(update={"sft": sft_cfg})
     return sft(str(local_model_dir(v0)), demos, str(out), trainer)
 
@@ -74,20 +85,38 @@ def paired_p(before: dict, after: dict) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="tasks.seed and rl.seed of the run")
-    parser.add_argument("--root", help="working folder (default: a new temporary one); a finished RL run already "
-                        "there is reused as arm (a), timed from its lake")
-    parser.add_argument("--run-args", nargs=argparse.REMAINDER, default=[],
-                        help="overrides for the RL run, as for `tandem run` (e.g. --rl.steps 40)")
+    parser.add_argument(
+        "--root",
+        help="working folder (default: a new temporary one); a finished RL run already "
+        "there is reused as arm (a), timed from its lake",
+    )
+    parser.add_argument(
+        "--run-args",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help="overrides for the RL run, as for `tandem run` (e.g. --rl.steps 40)",
+    )
     args = parser.parse_args()
     root = Path(args.root or tempfile.mkdtemp(prefix="bench-learning-"))
-    overrides = ["--run", f"learning-rl-{args.seed}", "--storage.root", str(root / "lake"),
-                 "--tasks.seed", str(args.seed), "--rl.seed", str(args.seed), *args.run_args]
+    overrides = [
+        "--run",
+        f"learning-rl-{args.seed}",
+        "--storage.root",
+        str(root / "lake"),
+        "--tasks.seed",
+        str(args.seed),
+        "--rl.seed",
+        str(args.seed),
+        *args.run_args,
+    ]
     config = load_config(RunConfig, None, overrides)
     with prefect_api(root / "prefect"):
         asyncio.run(rl(config))
         store = open_store(config.storage)
-        evals = {name: json.loads(store.fs.cat_file(store.path(f"{config.run}/evals/{name}.json")))
-                 for name in ("before", "after")}
+        evals = {
+            name: json.loads(store.fs.cat_file(store.path(f"{config.run}/evals/{name}.json")))
+            for name in ("before", "after")
+        }
         rl_seconds = rl_wall_seconds(store, config.run)
         v0 = checkpoints.get(store, config.run, 0).uri
         start = time.monotonic()

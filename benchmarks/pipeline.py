@@ -47,20 +47,20 @@ from storage.query import connect
 
 
 def run_once(root: Path, name: str, k: int, args: argparse.Namespace, model_path: str | None) -> dict:
-    cfg = RunConfig.model_validate({
-        "run": name,
-        "storage": {"root": str(root)},
-        "model": {"path": model_path},
-        "tasks": {"train_tasks": 1000, "heldout_tasks": args.eval_tasks},
-        "eval": {"tasks": args.eval_tasks, "samples": 1},
-        "rl": {"steps": args.steps, "async_level": k, "batch_size": args.batch_size, "group_size": args.group_size},
-        "trainer": {"packing": False, "micro_batch_rows": 64, "seq_len": 512, "sft": {"max_steps": args.sft_steps}},
-    })
+    cfg = RunConfig.model_validate(
+        {
+            "run": name,
+            "storage": {"root": str(root)},
+            "model": {"path": model_path},
+            "tasks": {"train_tasks": 1000, "heldout_tasks": args.eval_tasks},
+            "eval": {"tasks": args.eval_tasks, "samples": 1},
+            "rl": {"steps": args.steps, "async_level": k, "batch_size": args.batch_size, "group_size": args.group_size},
+            "trainer": {"packing": False, "micro_batch_rows": 64, "seq_len": 512, "sft": {"max_steps": args.sft_steps}},
+        }
+    )
     summary = asyncio.run(rl(cfg))
     lake = connect(open_store(str(root)), name)
-    stages = lake.sql(
-        "SELECT avg(generation_s), avg(training_s), count(loss) FROM steps"
-    ).fetchall()[0]
+    stages = lake.sql("SELECT avg(generation_s), avg(training_s), count(loss) FROM steps").fetchall()[0]
     return {**summary, "generation_s": stages[0], "training_s": stages[1], "trained_steps": stages[2]}
 
 
@@ -70,10 +70,17 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--eval-tasks", type=int, default=20)
-    parser.add_argument("--sft-steps", type=int, default=400,
-                        help="warm-start steps when no --model-path is given (400: about 5%% reward, so steps train)")
-    parser.add_argument("--model-path", help="warm-start weights for both runs (default: a short SFT in the k = 1 run); "
-                        "a warm start that earns no reward skips every optimizer step, so training is not measured")
+    parser.add_argument(
+        "--sft-steps",
+        type=int,
+        default=400,
+        help="warm-start steps when no --model-path is given (400: about 5%% reward, so steps train)",
+    )
+    parser.add_argument(
+        "--model-path",
+        help="warm-start weights for both runs (default: a short SFT in the k = 1 run); "
+        "a warm start that earns no reward skips every optimizer step, so training is not measured",
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
     with prefect_api(root / "prefect"):
@@ -107,8 +114,11 @@ def main() -> None:
         "batch_size": args.batch_size,
     }
     if not (k1["trained_steps"] and k0["trained_steps"]):
-        print("warning: a run trained no step (its warm start earned no reward): the speedup does not include "
-              "training; give a warm start with --model-path or more --sft-steps", file=sys.stderr)
+        print(
+            "warning: a run trained no step (its warm start earned no reward): the speedup does not include "
+            "training; give a warm start with --model-path or more --sft-steps",
+            file=sys.stderr,
+        )
     print(json.dumps(result))
 
 

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -42,9 +41,9 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from storage import shards  # noqa: E402
-from storage.fs import open_store  # noqa: E402
-from storage.query import connect  # noqa: E402
+from storage import shards
+from storage.fs import open_store
+from storage.query import connect
 
 RUN = "bench"
 VOCAB = 32_000
@@ -93,7 +92,7 @@ def make_step(rng: np.random.Generator, words: np.ndarray, step: int, n: int, nu
     task_skill = (np.sin(np.arange(num_tasks)) + 1) / 2  # fixed per-task success rate
     resolved = rng.random(n) < task_skill[tasks] * 0.6
     finish = rng.choice(FINISH, n, p=FINISH_P)
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=step)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=step)
     rows = []
     for i in range(n):
         c = completion_ids[i]
@@ -213,8 +212,11 @@ def query_vs_raw_duckdb(store, lake: Path, repeats: int = 3) -> tuple[float, boo
     a, b = ours(), raw()  # warm-up: both then read from the page cache
     best_ours = min(timed(ours)[1] for _ in range(repeats))
     best_raw = min(timed(raw)[1] for _ in range(repeats))
-    print(f"tandem query {best_ours:.3f}s vs duckdb read_parquet {best_raw:.3f}s (three queries, best of {repeats})",
-          file=sys.stderr, flush=True)
+    print(
+        f"tandem query {best_ours:.3f}s vs duckdb read_parquet {best_raw:.3f}s (three queries, best of {repeats})",
+        file=sys.stderr,
+        flush=True,
+    )
     return best_ours / best_raw, all(same(x, y) for x, y in zip(a, b))
 
 
@@ -253,7 +255,11 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         _, dt = timed(lambda: write_jsonl(jsonl_dir / f"rollouts_step_{step:05d}.jsonl", rows))
         jsonl_s += dt
         if step % 10 == 0:
-            print(f"step {step}: generate {generate_s:.1f}s, parquet {parquet_s:.1f}s, jsonl {jsonl_s:.1f}s", file=sys.stderr, flush=True)
+            print(
+                f"step {step}: generate {generate_s:.1f}s, parquet {parquet_s:.1f}s, jsonl {jsonl_s:.1f}s",
+                file=sys.stderr,
+                flush=True,
+            )
     episodes = per_step * args.steps
     parquet_bytes, jsonl_bytes = dir_bytes(lake), dir_bytes(jsonl_dir)
     jsonl_files = sorted(jsonl_dir.glob("*.jsonl"))
@@ -267,8 +273,12 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         dj, latency["duckdb_json"][name] = timed(lambda: con.sql(sql.format(src=json_src)).fetchall())
         py, latency["python_json"][name] = timed(lambda: python_query(name, jsonl_files))
         agree &= same(ours, dj) and same(ours, py)
-        print(f"{name}: ours {latency['ours'][name]:.3f}s, duckdb json {latency['duckdb_json'][name]:.2f}s, "
-              f"python json {latency['python_json'][name]:.2f}s", file=sys.stderr, flush=True)
+        print(
+            f"{name}: ours {latency['ours'][name]:.3f}s, duckdb json {latency['duckdb_json'][name]:.2f}s, "
+            f"python json {latency['python_json'][name]:.2f}s",
+            file=sys.stderr,
+            flush=True,
+        )
 
     vs_raw, raw_agree = query_vs_raw_duckdb(store, lake)
     agree &= raw_agree

@@ -70,8 +70,8 @@ def memory_rank(parallelism: str, model_dir: str, out: str) -> None:
     parameters and optimizer state this rank holds (its shards only)."""
     from engines.model.load import load_moe_causal_lm
     from engines.trainer.distributed import make_accelerator, make_trainee
-    from tests.engines.trainer.rollouts import synthetic_rollouts
     from engines.trainer.rl_step import rl_step
+    from tests.engines.trainer.rollouts import synthetic_rollouts
 
     extra = {"expert_parallel_size": 2} if parallelism == "fsdp2_ep" else {}
     cfg = TrainerConfig(seq_len=64, processes=2, parallelism=parallelism, **extra)
@@ -100,8 +100,20 @@ def memory_rank(parallelism: str, model_dir: str, out: str) -> None:
 def memory_per_rank(parallelism: str, model_dir: Path, work: Path) -> int:
     out = work / f"{parallelism}.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "benchmarks.trainer", "--memory-rank", parallelism, str(model_dir), str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "benchmarks.trainer",
+        "--memory-rank",
+        parallelism,
+        str(model_dir),
+        str(out),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode:
         raise RuntimeError(f"{parallelism} memory run failed:\n{proc.stderr[-3000:]}")
@@ -130,8 +142,11 @@ def routers_checked() -> int:
                 model(input_ids=ids, use_cache=False)
             replay.set_routes(torch.stack(replay.used, 1))
             replayed, got = loss_and_grads()
-        same = torch.allclose(plain, replayed, rtol=1e-5, atol=1e-5) and len(got) == len(ref) and all(
-            torch.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(got, ref))  # fmt: skip
+        same = (
+            torch.allclose(plain, replayed, rtol=1e-5, atol=1e-5)
+            and len(got) == len(ref)
+            and all(torch.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(got, ref))
+        )
         print(f"router replay {family}: {'ok' if same else 'MISMATCH'}")
         ok += int(same)
     return ok
@@ -169,18 +184,30 @@ def main() -> None:
         model.save_pretrained(model_dir, safe_serialization=True)
         memory = {p: memory_per_rank(p, model_dir, Path(tmp)) for p in ("ddp", "fsdp2_ep")}
     ep_ratio = memory["fsdp2_ep"] / memory["ddp"]
-    print(f"parameters + optimizer per rank: ddp {memory['ddp'] / 2**20:.2f} MiB, "
-          f"fsdp2_ep (2 ranks) {memory['fsdp2_ep'] / 2**20:.2f} MiB, ratio {ep_ratio:.3f}")  # fmt: skip
+    print(
+        f"parameters + optimizer per rank: ddp {memory['ddp'] / 2**20:.2f} MiB, "
+        f"fsdp2_ep (2 ranks) {memory['fsdp2_ep'] / 2**20:.2f} MiB, ratio {ep_ratio:.3f}"
+    )
     checked = routers_checked()
-    print(json.dumps({
-        "packing_speedup": round(packed / padded, 3),
-        "grouped_mm_speedup": round(rates["grouped_mm"] / rates["eager"], 3),
-        "packed_tokens_per_s": round(packed), "padded_tokens_per_s": round(padded),
-        "grouped_mm_tokens_per_s": round(rates["grouped_mm"]), "eager_tokens_per_s": round(rates["eager"]),
-        "episodes": len(eps), "median_len": int(np.median(lengths)), "max_len": max(lengths),
-        "ep_memory_ratio": round(ep_ratio, 3), "ddp_bytes_per_rank": memory["ddp"],
-        "fsdp2_ep_bytes_per_rank": memory["fsdp2_ep"], "routers_checked": checked,
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "packing_speedup": round(packed / padded, 3),
+                "grouped_mm_speedup": round(rates["grouped_mm"] / rates["eager"], 3),
+                "packed_tokens_per_s": round(packed),
+                "padded_tokens_per_s": round(padded),
+                "grouped_mm_tokens_per_s": round(rates["grouped_mm"]),
+                "eager_tokens_per_s": round(rates["eager"]),
+                "episodes": len(eps),
+                "median_len": int(np.median(lengths)),
+                "max_len": max(lengths),
+                "ep_memory_ratio": round(ep_ratio, 3),
+                "ddp_bytes_per_rank": memory["ddp"],
+                "fsdp2_ep_bytes_per_rank": memory["fsdp2_ep"],
+                "routers_checked": checked,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -13,11 +13,21 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")  # headless: no display on servers and CI
-import matplotlib.pyplot as plt  # noqa: E402
-from prefect.artifacts import acreate_image_artifact, acreate_markdown_artifact, acreate_table_artifact  # noqa: E402
+import matplotlib.pyplot as plt
+from prefect.artifacts import acreate_image_artifact, acreate_markdown_artifact, acreate_table_artifact
 
-STEP_COLUMNS = ["step", "policy_version", "reward_mean", "pass_rate", "staleness_max",
-                "completion_tokens", "generation_s", "training_s", "loss", "mismatch_kl"]
+STEP_COLUMNS = [
+    "step",
+    "policy_version",
+    "reward_mean",
+    "pass_rate",
+    "staleness_max",
+    "completion_tokens",
+    "generation_s",
+    "training_s",
+    "loss",
+    "mismatch_kl",
+]
 
 
 def slug(run: str) -> str:
@@ -56,11 +66,13 @@ async def publish_summary(run: str, root: str, summary: dict[str, Any]) -> str:
     lines = [f"# Run `{run}`", "", "| metric | value |", "|---|---|"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in summary.items()]
     lines += [
-        "", f"Trajectories: `{root}/{run}/rollouts/` (Parquet, one row per episode).", "",
+        "",
+        f"Trajectories: `{root}/{run}/rollouts/` (Parquet, one row per episode).",
+        "",
         "```bash",
         f"tandem query --root {root} --run {run} \\",
-        "  \"SELECT step, avg(reward) AS reward, avg(resolved::INT) AS pass_rate, "
-        "max(step - min_policy_version) AS staleness FROM rollouts GROUP BY step ORDER BY step\"",
+        '  "SELECT step, avg(reward) AS reward, avg(resolved::INT) AS pass_rate, '
+        'max(step - min_policy_version) AS staleness FROM rollouts GROUP BY step ORDER BY step"',
         "```",
     ]
     markdown = "\n".join(lines)

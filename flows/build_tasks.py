@@ -23,12 +23,17 @@ def build_tasks(out_dir: str = "corpus", config: BuildConfig = BuildConfig()) ->
     names = [project_source(p).name for p in config.projects]
     tasks = [t for r, name in zip(reports, names) if r["kept"] for t in load_corpus(parts / name)]
     save_corpus(tasks, out_dir)
-    rows = [{k: r[k] for k in ("name", "version", "tests_stable", "mutants_tried", "kept", "heldout", "skipped")} for r in reports]
+    rows = [
+        {k: r[k] for k in ("name", "version", "tests_stable", "mutants_tried", "kept", "heldout", "skipped")}
+        for r in reports
+    ]
     create_table_artifact(key="corpus-build", table=rows, description=f"Tasks per project in {out_dir}")
     for r in rows:
         if r["skipped"]:
             say(f"[tasks] {r['name']} {r['version']}: skipped ({r['skipped']})")
         else:
-            say(f"[tasks] {r['name']} {r['version']}: {r['kept']} tasks ({r['heldout']} held out) "
-                f"from {r['mutants_tried']} mutants, {r['tests_stable']} stable tests")
+            say(
+                f"[tasks] {r['name']} {r['version']}: {r['kept']} tasks ({r['heldout']} held out) "
+                f"from {r['mutants_tried']} mutants, {r['tests_stable']} stable tests"
+            )
     return {r["name"]: r["kept"] for r in rows}

@@ -38,7 +38,7 @@ app = typer.Typer(
 )
 
 
-class OutputFormat(str, enum.Enum):
+class OutputFormat(enum.StrEnum):
     table = "table"
     csv = "csv"
     json = "json"
@@ -66,13 +66,17 @@ def _root(
 
 @app.command("query")
 def query_command(
-    sql: Annotated[str, typer.Argument(help="SQL over the views rollouts, steps, tasks, checkpoints, runs and rescores.")],
+    sql: Annotated[
+        str, typer.Argument(help="SQL over the views rollouts, steps, tasks, checkpoints, runs and rescores.")
+    ],
     run: Annotated[str | None, typer.Option("--run", help="Only this run (default: every run under the root).")] = None,
     root: Annotated[
         str,
         typer.Option("--root", envvar="TANDEM_ROOT", help="Lake root: a directory or s3://bucket/prefix."),
     ] = "runs",
-    output: Annotated[OutputFormat, typer.Option("--format", help="table for people, csv or json for programs.")] = OutputFormat.table,
+    output: Annotated[
+        OutputFormat, typer.Option("--format", help="table for people, csv or json for programs.")
+    ] = OutputFormat.table,
     max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Rows shown by --format table.")] = 100,
 ) -> None:
     """Run SQL over the trajectory lake and print the result."""

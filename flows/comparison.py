@@ -41,5 +41,11 @@ def _verdict(gain: float, p: float) -> str:
     direction = "gained" if gain > 0 else "lost" if gain < 0 else "did not change"
     if gain == 0:
         return "RL did not change held-out greedy pass@1"
-    sure = "significant at p < 0.01" if p < 0.01 else "significant at p < 0.05" if p < 0.05 else "not significant (could be chance)"
+    sure = (
+        "significant at p < 0.01"
+        if p < 0.01
+        else "significant at p < 0.05"
+        if p < 0.05
+        else "not significant (could be chance)"
+    )
     return f"RL {direction} {abs(gain):.1f} points of held-out greedy pass@1, {sure}"

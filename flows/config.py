@@ -41,7 +41,7 @@ def load_config(model_cls: type[M], toml_path: str | Path | None, overrides: lis
     data = _read_toml(toml_path) if toml_path is not None else {}
     source = {key: f"in {toml_path}" for key in _dotted_keys(data)}
     parsed = parse_overrides(overrides)
-    for key, (raw, value) in parsed.items():
+    for key, (_raw, value) in parsed.items():
         _set_dotted(data, key, value)
         source[key] = f"from --{key}"
 
@@ -67,7 +67,9 @@ def parse_overrides(overrides: list[str]) -> dict[str, tuple[str, Any]]:
     while i < len(overrides):
         token = overrides[i]
         if not token.startswith("--") or len(token) == 2:
-            raise ConfigError(f"override {token!r} is not an option: write overrides as --section.key VALUE or --section.key=VALUE")
+            raise ConfigError(
+                f"override {token!r} is not an option: write overrides as --section.key VALUE or --section.key=VALUE"
+            )
         if "=" in token:
             key, raw = token[2:].split("=", 1)
             i += 1
@@ -102,7 +104,9 @@ def _read_toml(path: str | Path) -> dict[str, Any]:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist: check the path, or leave it out to use the defaults") from None
+        raise ConfigError(
+            f"config file {path} does not exist: check the path, or leave it out to use the defaults"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML ({exc}): fix the line it names") from None
 
@@ -124,7 +128,9 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
             prefix = ".".join(parts[: i + 1])
-            raise ConfigError(f"override --{key}: {prefix} is a value, not a section, so it has no key {parts[i + 1]!r}")
+            raise ConfigError(
+                f"override --{key}: {prefix} is a value, not a section, so it has no key {parts[i + 1]!r}"
+            )
         node = child
     node[parts[-1]] = value
 

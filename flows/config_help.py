@@ -38,7 +38,9 @@ def config_keys(model_cls: type[BaseModel], prefix: str = "") -> list[ConfigKey]
                 keys.append(ConfigKey(f"{prefix}{name}", "section", "unset (off)", field.description or ""))
             keys.extend(config_keys(nested, f"{prefix}{name}."))
             continue
-        keys.append(ConfigKey(f"{prefix}{name}", _type_name(field.annotation), _default(field), field.description or ""))
+        keys.append(
+            ConfigKey(f"{prefix}{name}", _type_name(field.annotation), _default(field), field.description or "")
+        )
     return keys
 
 
@@ -85,7 +87,9 @@ def _type_name(annotation: Any) -> str:
     if origin in (typing.Union, types.UnionType):
         return " | ".join(_type_name(a) for a in typing.get_args(annotation))
     if origin in (list, tuple, dict):
-        return f"{origin.__name__}[{', '.join(_type_name(a) for a in typing.get_args(annotation) if a is not Ellipsis)}]"
+        return (
+            f"{origin.__name__}[{', '.join(_type_name(a) for a in typing.get_args(annotation) if a is not Ellipsis)}]"
+        )
     if annotation is type(None):
         return "none"
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):

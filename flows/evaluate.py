@@ -28,7 +28,8 @@ async def evaluate(config: RunConfig = RunConfig(), corpus_dir: str | None = Non
         result = await evaluate_policy(quote(rt), quote(heldout), config.eval.samples, rt.pool.version)
     write_bytes_atomic(store, f"{config.run}/evals/version={result['version']}.json", json.dumps(result).encode())
     shown = {k: v for k, v in result.items() if k != "solved"}  # the solved task ids stay in the stored JSON
-    await acreate_table_artifact(key=f"{slug(config.run)}-eval", table=[shown],
-                                 description=f"Held-out evaluation of run {config.run}")
+    await acreate_table_artifact(
+        key=f"{slug(config.run)}-eval", table=[shown], description=f"Held-out evaluation of run {config.run}"
+    )
     say("[eval] " + " ".join(f"{k}={v}" for k, v in shown.items()))
     return result

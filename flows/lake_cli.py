@@ -8,7 +8,7 @@ A thin shell over storage.migrate; user-caused failures end as one `error: ...` 
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,8 +16,13 @@ from storage.errors import StorageError
 from storage.fs import open_store
 from storage.migrate import migrate
 
-app = typer.Typer(name="lake", help="Maintain a lake's files.", no_args_is_help=True, add_completion=False,
-                  pretty_exceptions_enable=False)
+app = typer.Typer(
+    name="lake",
+    help="Maintain a lake's files.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 
 
 @app.callback()
@@ -27,8 +32,10 @@ def _group() -> None:
 
 @app.command("migrate")
 def migrate_command(
-    root: Annotated[str, typer.Option("--root", envvar="TANDEM_ROOT", help="Lake root: a directory or s3://bucket/prefix.")] = "runs",
-    run: Annotated[Optional[str], typer.Option("--run", help="Only this run (default: every run under the root).")] = None,
+    root: Annotated[
+        str, typer.Option("--root", envvar="TANDEM_ROOT", help="Lake root: a directory or s3://bucket/prefix.")
+    ] = "runs",
+    run: Annotated[str | None, typer.Option("--run", help="Only this run (default: every run under the root).")] = None,
 ) -> None:
     """Rewrite files of older schema versions so pandas, pyarrow and polars open every table with their defaults."""
     try:
@@ -38,6 +45,8 @@ def migrate_command(
         raise typer.Exit(1) from None
     for url, reason in report.failed.items():
         typer.echo(f"warning: left {url} as it was: {reason}", err=True)
-    typer.echo(f"rewrote {len(report.rewritten)} files, {report.current} already current, {len(report.failed)} unreadable")
+    typer.echo(
+        f"rewrote {len(report.rewritten)} files, {report.current} already current, {len(report.failed)} unreadable"
+    )
     if report.failed:
         raise typer.Exit(1)

@@ -21,8 +21,14 @@ from tasks.progress import say
 
 
 class TrainerProcess:
-    def __init__(self, cfg: LaneConfig, config_file: Path, max_restarts: int = 3, threads: int = 1,
-                 tensorboard_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        cfg: LaneConfig,
+        config_file: Path,
+        max_restarts: int = 3,
+        threads: int = 1,
+        tensorboard_dir: str | None = None,
+    ) -> None:
         config_file.write_text(cfg.model_dump_json(indent=1))
         self.cmd = [sys.executable, "-m", "flows.trainer_lane", "--config", str(config_file)]
         if tensorboard_dir:
@@ -49,7 +55,9 @@ class TrainerProcess:
             if code == 0:
                 return
             if self.restarts >= self.max_restarts:
-                raise RuntimeError(f"trainer lane exited with code {code} after {self.restarts} restarts; see its log above")
+                raise RuntimeError(
+                    f"trainer lane exited with code {code} after {self.restarts} restarts; see its log above"
+                )
             self.restarts += 1
             say(f"[tandem] trainer lane exited with code {code}; restarting ({self.restarts}/{self.max_restarts})")
 

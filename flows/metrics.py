@@ -42,7 +42,9 @@ class TensorBoardSink:
         try:
             from tensorboardX import SummaryWriter
         except ImportError:
-            raise RuntimeError("metrics.tensorboard_dir needs tensorboardX: pip install 'tandem-rl[tensorboard]'") from None
+            raise RuntimeError(
+                "metrics.tensorboard_dir needs tensorboardX: pip install 'tandem-rl[tensorboard]'"
+            ) from None
         # flush_secs: a step's numbers reach the file within seconds, not at the end of the run.
         # The lane in the file name: two writers started in the same second get distinct files.
         self.writer = SummaryWriter(logdir=str(logdir), flush_secs=5, filename_suffix=f".{lane}")

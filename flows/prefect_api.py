@@ -70,7 +70,10 @@ def prefect_api(home: str | Path | None = None, deadline_s: float = 90.0) -> Ite
     }
     log = home / "server.log"
     server = _SupervisedServer(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)], env, log, url,
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env,
+        log,
+        url,
     )
     # Stopped at interpreter exit: Prefect drains its log and event workers in its own
     # exit handlers, registered after this one and so run before it. A run killed by a
@@ -114,12 +117,18 @@ class _SupervisedServer:
     def _start(self) -> subprocess.Popen:
         with open(self.log, "ab") as out:
             return subprocess.Popen(
-                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                self.argv,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
                 preexec_fn=functools.partial(exit_with_parent, os.getpid()),
             )
 
     def watch(self, deadline_s: float) -> None:
-        self._watcher = threading.Thread(target=self._supervise, args=(deadline_s,), name="prefect-server-watch", daemon=True)
+        self._watcher = threading.Thread(
+            target=self._supervise, args=(deadline_s,), name="prefect-server-watch", daemon=True
+        )
         self._watcher.start()
 
     def _supervise(self, deadline_s: float) -> None:
@@ -136,7 +145,9 @@ class _SupervisedServer:
             except (RuntimeError, TimeoutError) as exc:
                 print(f"[tandem] the Prefect server did not come back ({exc}); trying again", flush=True)
                 continue
-            print(f"[tandem] the Prefect server is back at {self.url} after {time.monotonic() - died:.1f} s", flush=True)
+            print(
+                f"[tandem] the Prefect server is back at {self.url} after {time.monotonic() - died:.1f} s", flush=True
+            )
 
     def stop(self) -> None:
         self._stopping.set()

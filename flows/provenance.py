@@ -23,9 +23,11 @@ def code_version() -> str:
     """`git:<commit>` of the checkout this code runs from (`+dirty` when tracked files
     differ from it); `tandem-rl <version>` for an installed package; else `unknown`."""
     try:
+
         def git(*args: str) -> str:
-            return subprocess.run(["git", "-C", str(_REPO), *args], capture_output=True, text=True,
-                                  timeout=10, check=True).stdout.strip()
+            return subprocess.run(
+                ["git", "-C", str(_REPO), *args], capture_output=True, text=True, timeout=10, check=True
+            ).stdout.strip()
 
         commit = git("rev-parse", "HEAD")
         dirty = git("status", "--porcelain", "--untracked-files=no")

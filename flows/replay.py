@@ -43,18 +43,35 @@ def replay_rescore(config: RescoreConfig) -> dict[str, Any]:
     tasks = run_tasks(store, config.source_run, config.corpus_path or source.get("corpus_path"))
     _check_corpus(tasks, source, config.source_run)
     steps = config.steps or shards.list_steps(store, config.source_run)
-    runs.record_start(store, config.run, start_record(
-        config, "rescore", None, **corpus_fields(tasks, config.corpus_path or source.get("corpus_path")),
-        **_lineage(store, config.source_run, steps)))
+    runs.record_start(
+        store,
+        config.run,
+        start_record(
+            config,
+            "rescore",
+            None,
+            **corpus_fields(tasks, config.corpus_path or source.get("corpus_path")),
+            **_lineage(store, config.source_run, steps),
+        ),
+    )
     by_id = {t.instance_id: t for t in tasks}
     with GradingPool(config.env or _stored_env(source)) as grader:
         cache = GradeCache()
-        per_step = [rescore_step(store, quote(grader), quote(cache), quote(by_id), config.source_run, config.run, s)
-                    for s in steps]
+        per_step = [
+            rescore_step(store, quote(grader), quote(cache), quote(by_id), config.source_run, config.run, s)
+            for s in steps
+        ]
     graded, agree = sum(s["graded"] for s in per_step), sum(s["agree"] for s in per_step)
-    summary = {"run": config.run, "source_run": config.source_run, "steps": len(steps),
-               "episodes": sum(s["episodes"] for s in per_step), "graded": graded, "agree": agree,
-               "agreement": agree / graded if graded else None, "not_regraded": sum(s["skipped"] for s in per_step)}
+    summary = {
+        "run": config.run,
+        "source_run": config.source_run,
+        "steps": len(steps),
+        "episodes": sum(s["episodes"] for s in per_step),
+        "graded": graded,
+        "agree": agree,
+        "agreement": agree / graded if graded else None,
+        "not_regraded": sum(s["skipped"] for s in per_step),
+    }
     print(f"[rescore] {config.source_run} -> {config.run}: {agree}/{graded} re-grades agree with the stored rewards")
     return summary
 
@@ -66,24 +83,41 @@ def replay_train(config: ReplayTrainConfig) -> dict[str, Any]:
     shards.require_run(store, config.source_run)
     source = runs.latest_start(store, config.source_run) or {}
     steps = _source_steps(store, config)
-    resolved = config.model_copy(update={
-        "trainer": _trainer_over_source(config, source),
-        "model_path": config.model_path or checkpoints.get(store, config.source_run, 0).uri,
-        "steps": len(steps),
-    })
+    resolved = config.model_copy(
+        update={
+            "trainer": _trainer_over_source(config, source),
+            "model_path": config.model_path or checkpoints.get(store, config.source_run, 0).uri,
+            "steps": len(steps),
+        }
+    )
     may_differ = frozenset({"steps", "allow_config_change"})
     for change in check_resume(store, resolved.run, resolved, config.allow_config_change, may_differ):
         print(f"[replay] resuming {resolved.run} with a changed configuration: {change}")
     corpus = {k: source.get(k) for k in ("corpus_id", "corpus_path", "num_tasks")}
-    runs.record_start(store, resolved.run, start_record(resolved, "replay-train", None, **corpus,
-                                                        **_lineage(store, config.source_run, steps)))
-    lane = LaneConfig(model_dir=resolved.model_path, storage=config.storage, run=resolved.run,
-                      source_run=config.source_run, first_step=steps[0], num_steps=len(steps),
-                      state_dir=config.state_dir, completion="any_shard", trainer=resolved.trainer)
+    runs.record_start(
+        store,
+        resolved.run,
+        start_record(resolved, "replay-train", None, **corpus, **_lineage(store, config.source_run, steps)),
+    )
+    lane = LaneConfig(
+        model_dir=resolved.model_path,
+        storage=config.storage,
+        run=resolved.run,
+        source_run=config.source_run,
+        first_step=steps[0],
+        num_steps=len(steps),
+        state_dir=config.state_dir,
+        completion="any_shard",
+        trainer=resolved.trainer,
+    )
     metrics = trainer_lane(lane)
     print(f"[replay] trained {resolved.run} on {len(steps)} steps of {config.source_run}")
-    return {"run": resolved.run, "source_run": config.source_run, "steps": len(steps),
-            "published": [m["policy_version"] for m in metrics]}
+    return {
+        "run": resolved.run,
+        "source_run": config.source_run,
+        "steps": len(steps),
+        "published": [m["policy_version"] for m in metrics],
+    }
 
 
 def _lineage(store: Store, source_run: str, steps: list[int]) -> dict[str, Any]:
@@ -94,8 +128,10 @@ def _check_corpus(tasks: list, source: dict, source_run: str) -> None:
     """The tasks read now must be the ones the source run recorded at its start."""
     recorded = source.get("corpus_id")
     if recorded and corpus_id(tasks) != recorded:
-        raise ValueError(f"the tasks of run {source_run!r} ({corpus_id(tasks)}) are not the corpus it recorded "
-                         f"({recorded}): give corpus_path, the corpus the run used")
+        raise ValueError(
+            f"the tasks of run {source_run!r} ({corpus_id(tasks)}) are not the corpus it recorded "
+            f"({recorded}): give corpus_path, the corpus the run used"
+        )
 
 
 def _stored_env(source: dict) -> EnvConfig:
@@ -124,6 +160,8 @@ def _source_steps(store: Store, config: ReplayTrainConfig) -> list[int]:
     while config.first_step + len(steps) in available and (config.steps is None or len(steps) < config.steps):
         steps.append(config.first_step + len(steps))
     if not steps or (config.steps is not None and len(steps) < config.steps):
-        raise ValueError(f"run {config.source_run!r} has steps {sorted(available)}; first_step={config.first_step} "
-                         f"and steps={config.steps} ask for consecutive steps it does not have")
+        raise ValueError(
+            f"run {config.source_run!r} has steps {sorted(available)}; first_step={config.first_step} "
+            f"and steps={config.steps} ask for consecutive steps it does not have"
+        )
     return steps

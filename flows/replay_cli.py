@@ -11,15 +11,20 @@ when PREFECT_API_URL is unset) and never write to the source run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel
 
 from flows.config import ConfigError, load_config
 
-app = typer.Typer(name="replay", help="New runs from a finished run's stored trajectories.", no_args_is_help=True,
-                  add_completion=False, pretty_exceptions_enable=False)
+app = typer.Typer(
+    name="replay",
+    help="New runs from a finished run's stored trajectories.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 _CONFIG = typer.Option("--config", help="TOML file with the replay's configuration.")
 
@@ -30,29 +35,33 @@ def _group() -> None:
 
 
 @app.command("rescore", context_settings=_EXTRA)
-def rescore_command(ctx: typer.Context, config: Annotated[Optional[Path], _CONFIG] = None) -> None:
+def rescore_command(ctx: typer.Context, config: Annotated[Path | None, _CONFIG] = None) -> None:
     """Re-grade a run's stored patches with the current grader; report agreement with the stored rewards."""
     from flows.replay import replay_rescore
     from flows.replay_config import RescoreConfig
 
     summary = _run(replay_rescore, _load(RescoreConfig, config, ctx.args))
     rate = summary["agreement"]
-    typer.echo(f"[tandem] rescore {summary['run']}: {summary['agree']}/{summary['graded']} episodes of "
-               f"{summary['source_run']} agree with the stored rewards"
-               + (f" ({100 * rate:.1f}%)" if rate is not None else "")
-               + (f"; {summary['not_regraded']} infrastructure failures not re-graded" if summary["not_regraded"] else ""))
-    typer.echo(f"[tandem] disagreements: tandem query --run {summary['run']} \"SELECT * FROM rescores WHERE NOT agrees\"")
+    typer.echo(
+        f"[tandem] rescore {summary['run']}: {summary['agree']}/{summary['graded']} episodes of "
+        f"{summary['source_run']} agree with the stored rewards"
+        + (f" ({100 * rate:.1f}%)" if rate is not None else "")
+        + (f"; {summary['not_regraded']} infrastructure failures not re-graded" if summary["not_regraded"] else "")
+    )
+    typer.echo(f'[tandem] disagreements: tandem query --run {summary["run"]} "SELECT * FROM rescores WHERE NOT agrees"')
 
 
 @app.command("train", context_settings=_EXTRA)
-def train_command(ctx: typer.Context, config: Annotated[Optional[Path], _CONFIG] = None) -> None:
+def train_command(ctx: typer.Context, config: Annotated[Path | None, _CONFIG] = None) -> None:
     """Train a new run on a source run's stored episodes (another loss, advantages or learning rate)."""
     from flows.replay import replay_train
     from flows.replay_config import ReplayTrainConfig
 
     summary = _run(replay_train, _load(ReplayTrainConfig, config, ctx.args))
-    typer.echo(f"[tandem] replay {summary['run']}: trained on {summary['steps']} steps of {summary['source_run']}, "
-               f"published versions {summary['published']}")
+    typer.echo(
+        f"[tandem] replay {summary['run']}: trained on {summary['steps']} steps of {summary['source_run']}, "
+        f"published versions {summary['published']}"
+    )
 
 
 def _load(model: type[BaseModel], path: Path | None, args: list[str]) -> BaseModel:

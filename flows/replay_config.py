@@ -29,8 +29,9 @@ def _check_names(config: Any, what: str) -> None:
         config.run = _derived_name(config.source_run, what)
     check_name("run", config.run)
     if config.run == config.source_run:
-        raise ValueError(f"run: {config.run!r} is the source run; give the {what} its own run name "
-                         "(the source run is never written)")
+        raise ValueError(
+            f"run: {config.run!r} is the source run; give the {what} its own run name (the source run is never written)"
+        )
 
 
 class RescoreConfig(BaseModel):
@@ -39,14 +40,22 @@ class RescoreConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     source_run: str = Field(..., description="Run whose stored patches are re-graded; it is only read.")
-    run: str | None = Field(None, description="Run the re-grades are written to (table `rescores`). "
-                            "Default: <source_run>-rescore-<date>-<time>.")
+    run: str | None = Field(
+        None,
+        description="Run the re-grades are written to (table `rescores`). Default: <source_run>-rescore-<date>-<time>.",
+    )
     storage: StorageConfig = Field(default_factory=StorageConfig, description="The lake holding both runs.")
     steps: list[int] | None = Field(None, description="Steps of the source run to re-grade; default: every step.")
-    env: EnvConfig | None = Field(None, description="Sandbox and grading settings; default: the ones the source run "
-                                  "stored at its start (the grading code is always the current one).")
-    corpus_path: str | None = Field(None, description="Directory of the corpus the source run read, for tasks whose "
-                                    "files are snapshots; default: the path its start recorded.")
+    env: EnvConfig | None = Field(
+        None,
+        description="Sandbox and grading settings; default: the ones the source run "
+        "stored at its start (the grading code is always the current one).",
+    )
+    corpus_path: str | None = Field(
+        None,
+        description="Directory of the corpus the source run read, for tasks whose "
+        "files are snapshots; default: the path its start recorded.",
+    )
 
     @model_validator(mode="after")
     def _names(self) -> RescoreConfig:
@@ -60,22 +69,36 @@ class ReplayTrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     source_run: str = Field(..., description="Run whose rollouts are trained on; it is only read.")
-    run: str | None = Field(None, description="The new run (weights, steps and its start record go there). "
-                            "Default: <source_run>-replay-<date>-<time>.")
+    run: str | None = Field(
+        None,
+        description="The new run (weights, steps and its start record go there). "
+        "Default: <source_run>-replay-<date>-<time>.",
+    )
     storage: StorageConfig = Field(default_factory=StorageConfig, description="The lake holding both runs.")
-    model_path: str | None = Field(None, description="Starting weights (HF directory or s3://); default: the source "
-                                   "run's version 0, the weights its RL began from.")
+    model_path: str | None = Field(
+        None,
+        description="Starting weights (HF directory or s3://); default: the source "
+        "run's version 0, the weights its RL began from.",
+    )
     first_step: int = Field(0, ge=0, description="First source step to train on.")
-    steps: int | None = Field(None, ge=1, description="Source steps to train on from first_step; default: all that exist.")
+    steps: int | None = Field(
+        None, ge=1, description="Source steps to train on from first_step; default: all that exist."
+    )
     trainer: RunTrainerConfig = Field(
         default_factory=RunTrainerConfig,
         description="Objective and optimizer. Only the fields set here replace the source run's (e.g. "
         "--trainer.lr, --trainer.loss_type, --trainer.std_scale_advantages); the rest are the source run's.",
     )
-    state_dir: str | None = Field(None, description="Local directory for the resumable trainer state; default "
-                                  "<root>/<run>/trainer_state; required when the root is s3://.")
-    allow_config_change: bool = Field(False, description="Resume the run even when this configuration differs from "
-                                      "the one stored at its start (only steps may differ otherwise).")
+    state_dir: str | None = Field(
+        None,
+        description="Local directory for the resumable trainer state; default "
+        "<root>/<run>/trainer_state; required when the root is s3://.",
+    )
+    allow_config_change: bool = Field(
+        False,
+        description="Resume the run even when this configuration differs from "
+        "the one stored at its start (only steps may differ otherwise).",
+    )
 
     @model_validator(mode="after")
     def _names(self) -> ReplayTrainConfig:

@@ -38,7 +38,9 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_changes(stored: dict[str, Any], current: dict[str, Any], may_differ: frozenset[str] = MAY_DIFFER) -> list[str]:
+def config_changes(
+    stored: dict[str, Any], current: dict[str, Any], may_differ: frozenset[str] = MAY_DIFFER
+) -> list[str]:
     """`key: stored -> current` for every key that differs, except `may_differ`."""
     old, new = flatten(stored), flatten(current)
     missing = "(absent)"
@@ -49,8 +51,9 @@ def config_changes(stored: dict[str, Any], current: dict[str, Any], may_differ: 
     ]
 
 
-def check_resume(store: Store, run: str, config: BaseModel, allow_change: bool,
-                 may_differ: frozenset[str] = MAY_DIFFER) -> list[str]:
+def check_resume(
+    store: Store, run: str, config: BaseModel, allow_change: bool, may_differ: frozenset[str] = MAY_DIFFER
+) -> list[str]:
     """Refuse to resume `run` with a configuration other than its stored one; returns
     the differences that `allow_change` let through (empty for a new or matching run).
     `may_differ`: keys that never count (the step count of the run's kind)."""

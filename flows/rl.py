@@ -49,8 +49,15 @@ async def rl(config: RunConfig = RunConfig()) -> dict[str, Any]:
     runs.record_start(store, config.run, start_record(config, "rl", corpus))
     v0 = warm_start(config, corpus)
     trainer = TrainerProcess(
-        LaneConfig(model_dir=v0, storage=config.storage, run=config.run, first_step=0, num_steps=config.rl.steps,
-                   state_dir=str(work / "trainer_state"), trainer=config.trainer),
+        LaneConfig(
+            model_dir=v0,
+            storage=config.storage,
+            run=config.run,
+            first_step=0,
+            num_steps=config.rl.steps,
+            state_dir=str(work / "trainer_state"),
+            trainer=config.trainer,
+        ),
         work / "trainer_lane.json",
         tensorboard_dir=config.metrics.tensorboard_dir,
     )
@@ -81,7 +88,9 @@ async def _summarize(config: RunConfig, store, evals: dict, wall_s: float) -> di
     steps = lake.sql("SELECT * EXCLUDE (extra) FROM steps ORDER BY step").fetch_arrow_table().to_pylist()
     staleness = lake.sql("SELECT max(step - min_policy_version) FROM rollouts").fetchall()[0][0] or 0
     if staleness > config.rl.async_level:
-        raise StalenessError(f"stored episodes are {staleness} versions stale, above async_level={config.rl.async_level}")
+        raise StalenessError(
+            f"stored episodes are {staleness} versions stale, above async_level={config.rl.async_level}"
+        )
     before, after = evals["before"], evals["after"]
     summary = {
         "run": config.run,

@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 import psutil
-
 from prefect import flow
 from prefect.concurrency.asyncio import concurrency
 from prefect.utilities.annotations import quote
@@ -77,8 +76,15 @@ async def _run_steps(rt: RolloutRuntime, config: RunConfig, sink: MetricsSink | 
         t0 = time.monotonic()
         # quote(): Prefect would otherwise walk the runtime (thousands of tasks) on every
         # call to find futures in it, about 1 s per task run.
-        metrics = await rollout_step(quote(rt), step, rl.batch_size // rl.group_size, rl.group_size,
-                                     rl.seed, rl.async_level, config.trainer.std_scale_advantages)
+        metrics = await rollout_step(
+            quote(rt),
+            step,
+            rl.batch_size // rl.group_size,
+            rl.group_size,
+            rl.seed,
+            rl.async_level,
+            config.trainer.std_scale_advantages,
+        )
         wall = time.monotonic() - t0
         # What the step spent outside the task's body is Prefect's own cost.
         metrics.update(step=step, wall_s=wall, prefect_s=wall - metrics["task_s"])
@@ -95,7 +101,9 @@ async def _run_steps(rt: RolloutRuntime, config: RunConfig, sink: MetricsSink | 
 
 
 async def _retain(rt: RolloutRuntime, config: RunConfig) -> None:
-    dropped = await retain_weights(quote(rt), config.retention.last(config.rl.async_level), config.retention.milestone_every)
+    dropped = await retain_weights(
+        quote(rt), config.retention.last(config.rl.async_level), config.retention.milestone_every
+    )
     if dropped:
         print(f"[rollout] weight versions deleted by retention: {dropped}")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from typer.core import TyperCommand
@@ -42,8 +42,10 @@ def keys_in_help(model_path: str) -> type[TyperCommand]:
 
             module, _, name = model_path.partition(":")
             model = getattr(importlib.import_module(module), name)
-            return ("Configuration keys: set them in the --config TOML file (sections as tables) or as "
-                    "--section.key VALUE, which wins over the file.\n\n" + escape(format_keys(model)))
+            return (
+                "Configuration keys: set them in the --config TOML file (sections as tables) or as "
+                "--section.key VALUE, which wins over the file.\n\n" + escape(format_keys(model))
+            )
 
         @epilog.setter
         def epilog(self, value: str | None) -> None:
@@ -57,8 +59,13 @@ KeysInHelp = keys_in_help("flows.run_config:RunConfig")
 
 def run_command(
     ctx: typer.Context,
-    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with a RunConfig (tables: rl, trainer, ...); recipes in configs/.")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print Prefect's own log lines (task runs, states).")] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="TOML file with a RunConfig (tables: rl, trainer, ...); recipes in configs/."),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also print Prefect's own log lines (task runs, states).")
+    ] = False,
 ) -> None:
     """Run asynchronous RL end to end; extra `--section.key value` pairs override the config."""
     quiet_prefect_console(verbose)  # before Prefect is imported: it reads logging settings once
@@ -85,8 +92,10 @@ def run_command(
     with prefect_api(os.environ.get("TANDEM_PREFECT_HOME")):
         summary = asyncio.run(rl(cfg))
     gain = summary.get("pass@1 gain (points)")
-    typer.echo(f"[tandem] run {cfg.run} finished: pass@1 {summary['pass@1 before RL (warm start)']:.3f} -> "
-               f"{summary['pass@1 after RL']:.3f} ({gain:+.1f} points) in {summary['wall minutes']} min")
+    typer.echo(
+        f"[tandem] run {cfg.run} finished: pass@1 {summary['pass@1 before RL (warm start)']:.3f} -> "
+        f"{summary['pass@1 after RL']:.3f} ({gain:+.1f} points) in {summary['wall minutes']} min"
+    )
 
 
 def prefect_setup_command() -> None:

@@ -37,7 +37,9 @@ class ModelConfig(BaseModel):
         "id ('Qwen/Qwen3-30B-A3B', resolved through the Hugging Face cache; HF_HUB_OFFLINE=1 reads only the cache). "
         "None: create the tiny Qwen3-MoE and warm-start it with SFT on micro-task demonstrations.",
     )
-    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape of the tiny MoE when path is None.")
+    tiny: TinyModelConfig = Field(
+        default_factory=TinyModelConfig, description="Shape of the tiny MoE when path is None."
+    )
 
 
 class TaskSetConfig(BaseModel):
@@ -46,12 +48,17 @@ class TaskSetConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["micro", "corpus"] = Field(
-        "micro", description="micro: generated bug-fix modules (fast, learnable by a tiny model); corpus: a built task corpus."
+        "micro",
+        description="micro: generated bug-fix modules (fast, learnable by a tiny model); corpus: a built task corpus.",
     )
-    corpus_path: str | None = Field(None, description="Corpus directory (from `tandem tasks build`) when kind = corpus.")
+    corpus_path: str | None = Field(
+        None, description="Corpus directory (from `tandem tasks build`) when kind = corpus."
+    )
     train_tasks: int = Field(4000, ge=1, description="Micro tasks generated for training.")
     heldout_tasks: int = Field(
-        500, ge=1, description="Micro tasks generated for held-out evaluation (disjoint seed); 500 resolve a 10-point "
+        500,
+        ge=1,
+        description="Micro tasks generated for held-out evaluation (disjoint seed); 500 resolve a 10-point "
         "change with a standard error near 2 points.",
     )
     seed: int = Field(0, description="Seed of the micro-task generator (train uses seed, held-out seed + 1).")
@@ -59,7 +66,9 @@ class TaskSetConfig(BaseModel):
     @model_validator(mode="after")
     def _corpus(self) -> TaskSetConfig:
         if self.kind == "corpus" and not self.corpus_path:
-            raise ValueError("tasks.corpus_path: required when tasks.kind = 'corpus' (build one with `tandem tasks build`)")
+            raise ValueError(
+                "tasks.corpus_path: required when tasks.kind = 'corpus' (build one with `tandem tasks build`)"
+            )
         return self
 
 
@@ -69,16 +78,23 @@ class RLConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     steps: int = Field(
-        50, ge=1, description="Optimizer steps of the run (each consumes one rollout shard); 50 fit the tiny run in 25 minutes."
+        50,
+        ge=1,
+        description="Optimizer steps of the run (each consumes one rollout shard); 50 fit the tiny run in 25 minutes.",
     )
     async_level: int = Field(
-        1, ge=0, description="Staleness bound k: rollouts of step s come from policy versions >= s - k (0 = synchronous)."
+        1,
+        ge=0,
+        description="Staleness bound k: rollouts of step s come from policy versions >= s - k (0 = synchronous).",
     )
     batch_size: int = Field(128, ge=2, description="Episodes per step (tasks per step x group_size).")
     group_size: int = Field(
         8, ge=2, description="Episodes per task; advantages are relative to the group (1 would give zero advantages)."
     )
-    seed: int = Field(0, description="Seed of the tasks each step samples (step s draws from (seed, s)); generation is seeded by inference.sampling.seed.")
+    seed: int = Field(
+        0,
+        description="Seed of the tasks each step samples (step s draws from (seed, s)); generation is seeded by inference.sampling.seed.",
+    )
 
     @model_validator(mode="after")
     def _divisible(self) -> RLConfig:
@@ -102,9 +118,12 @@ class EvalConfig(BaseModel):
 class RunSamplingConfig(SamplingConfig):
     """Sampling of a model turn for micro tasks (defaults on the fields, so overriding one key keeps the others)."""
 
-    max_tokens_per_turn: int = Field(64, ge=1, description="Most tokens of one turn; a micro-task action is about 20 tokens.")
+    max_tokens_per_turn: int = Field(
+        64, ge=1, description="Most tokens of one turn; a micro-task action is about 20 tokens."
+    )
     temperature: float = Field(
-        0.7, ge=0.0,
+        0.7,
+        ge=0.0,
         description="Rollout temperature (trainer.temperature must match). The tiny warm start solves 6% of held-out "
         "tasks sampled at 0.7 but 2% at 1.0: more groups with a success to learn from.",
     )
@@ -114,7 +133,9 @@ class RunEpisodeLimits(EpisodeLimits):
     """Episode limits for micro tasks (about 150 tokens per episode)."""
 
     max_turns: int = Field(4, ge=1, description="Most model turns per episode.")
-    max_total_tokens: int = Field(512, ge=2, description="Most tokens in the whole conversation; at most the server's context.")
+    max_total_tokens: int = Field(
+        512, ge=2, description="Most tokens in the whole conversation; at most the server's context."
+    )
     max_concurrent_episodes: int = Field(128, ge=1, description="Episodes in flight at once: a whole step's batch.")
 
 
@@ -128,21 +149,31 @@ class RunInferenceConfig(InferenceConfig):
     max_num_seqs: int = Field(128, ge=1, description="Sequences one server batches at once: a whole step's batch.")
     concurrency_per_server: int = Field(128, ge=1, description="Requests in flight per server.")
     sampling: RunSamplingConfig = Field(default_factory=RunSamplingConfig, description="Sampling of a model turn.")
-    limits: RunEpisodeLimits = Field(default_factory=RunEpisodeLimits, description="Turn, token and time limits of an episode.")
+    limits: RunEpisodeLimits = Field(
+        default_factory=RunEpisodeLimits, description="Turn, token and time limits of an episode."
+    )
 
 
 class RunSFTConfig(SFTConfig):
     """Warm start bounded in steps (time is only a safety net), so its quality does not
     depend on how busy the machine is."""
 
-    max_steps: int | None = Field(800, ge=1, description="Optimizer steps of the warm start (about 7 minutes on 2 cores; "
-                                  "held-out pass@1 9% after 800 steps, 5.5% after 400).")
+    max_steps: int | None = Field(
+        800,
+        ge=1,
+        description="Optimizer steps of the warm start (about 7 minutes on 2 cores; "
+        "held-out pass@1 9% after 800 steps, 5.5% after 400).",
+    )
     max_seconds: float | None = Field(
-        2400, gt=0, description="Safety bound on the warm start's wall time (s); max_steps is what ends it on an idle machine.",
+        2400,
+        gt=0,
+        description="Safety bound on the warm start's wall time (s); max_steps is what ends it on an idle machine.",
     )
     schedule: Literal["constant", "cosine"] = Field("cosine", description="Cosine decay to 10% of lr at max_steps.")
     failed_attempt_share: float = Field(
-        0.5, ge=0, le=1,
+        0.5,
+        ge=0,
+        le=1,
         description="Under edit feedback (env.edit_attempts > 0), the share of micro-task demonstrations that show one "
         "or two failed attempts (masked from the loss) before the fix, so the warm start knows what a retry is.",
     )
@@ -152,7 +183,8 @@ class RunEnvConfig(EnvConfig):
     """EnvConfig with the run's protocol: edit feedback with 3 attempts."""
 
     edit_attempts: int = Field(
-        3, ge=0,
+        3,
+        ge=0,
         description="Every edit runs the tests; a failing edit is rolled back; the episode ends when they pass or "
         "after this many failing edits (0: plain edits, one-shot). 3 distinct plausible guesses solve about three "
         "times as many micro tasks as one, so what RL teaches (retry differently) carries over to unseen tasks.",
@@ -180,11 +212,14 @@ class RetentionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     keep_last: int | None = Field(
-        None, ge=1,
+        None,
+        ge=1,
         description="Newest versions kept. None: rl.async_level + 1, the versions rollouts may still be generated "
         "with under the staleness bound. The version the servers serve is always kept.",
     )
-    milestone_every: int = Field(10, ge=0, description="Also keep every Nth version (v0, vN, v2N, ...) as a milestone; 0 keeps none.")
+    milestone_every: int = Field(
+        10, ge=0, description="Also keep every Nth version (v0, vN, v2N, ...) as a milestone; 0 keeps none."
+    )
 
     def last(self, async_level: int) -> int:
         """The resolved `keep_last`."""
@@ -211,7 +246,9 @@ class RunConfig(BaseModel):
         description="Resume a run even when this configuration differs from the one stored at its start "
         "(only rl.steps may differ otherwise; the differing keys are listed and the run is refused).",
     )
-    storage: StorageConfig = Field(default_factory=StorageConfig, description="Where trajectories, metrics and weights go.")
+    storage: StorageConfig = Field(
+        default_factory=StorageConfig, description="Where trajectories, metrics and weights go."
+    )
     model: ModelConfig = Field(default_factory=ModelConfig, description="Starting weights.")
     tasks: TaskSetConfig = Field(default_factory=TaskSetConfig, description="Training and held-out tasks.")
     env: RunEnvConfig = Field(default_factory=RunEnvConfig, description="Sandbox, grading and the edit protocol.")
@@ -224,16 +261,22 @@ class RunConfig(BaseModel):
     )
     rl: RLConfig = Field(default_factory=RLConfig, description="Steps, staleness bound, batch and group sizes.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
-    retention: RetentionConfig = Field(default_factory=RetentionConfig, description="Weight versions kept as the run goes.")
-    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="Per-step metrics for TensorBoard (off by default).")
+    retention: RetentionConfig = Field(
+        default_factory=RetentionConfig, description="Weight versions kept as the run goes."
+    )
+    metrics: MetricsConfig = Field(
+        default_factory=MetricsConfig, description="Per-step metrics for TensorBoard (off by default)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
         check_name("run", self.run)
         path = self.model.path
         if path and not path.startswith("s3://") and not os.path.isdir(path) and not is_hub_id(path):
-            raise ValueError(f"model.path: {path!r} is not a directory or a Hugging Face model id ('org/name'); "
-                             "give a model directory, an id, or leave it unset")
+            raise ValueError(
+                f"model.path: {path!r} is not a directory or a Hugging Face model id ('org/name'); "
+                "give a model directory, an id, or leave it unset"
+            )
         if self.tasks.kind == "corpus" and not path:
             raise ValueError(
                 "model.path: required when tasks.kind = 'corpus' (the tiny warm start learns from micro-task "

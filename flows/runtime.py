@@ -44,9 +44,15 @@ async def rollout_runtime(config: RunConfig, store: Store, train_tasks: list[Tas
     try:
         async with ServerPool(inference, version=latest.version) as pool:
             yield RolloutRuntime(
-                store=store, run=config.run, pool=pool,
-                agent=AgentLoop(pool, tokenizer, inference), greedy=AgentLoop(pool, tokenizer, greedy_cfg),
-                grader=grader, env=config.env, train_tasks=train_tasks, started_from=latest.version,
+                store=store,
+                run=config.run,
+                pool=pool,
+                agent=AgentLoop(pool, tokenizer, inference),
+                greedy=AgentLoop(pool, tokenizer, greedy_cfg),
+                grader=grader,
+                env=config.env,
+                train_tasks=train_tasks,
+                started_from=latest.version,
             )
     finally:
         grader.close()

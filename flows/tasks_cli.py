@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -27,8 +27,13 @@ from engines.env.errors import EnvError
 from engines.env.micro import generate_micro_tasks
 from engines.env.sdists import DEFAULT_PINS
 
-app = typer.Typer(name="tasks", help="Build and validate task corpora.", no_args_is_help=True, add_completion=False,
-                  pretty_exceptions_enable=False)
+app = typer.Typer(
+    name="tasks",
+    help="Build and validate task corpora.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 
 
 @app.callback()
@@ -39,8 +44,17 @@ def _group() -> None:
 @app.command("build")
 def build(
     out: Annotated[Path, typer.Option(help="Corpus directory (tasks.parquet + snapshots/).")],
-    project: Annotated[Optional[list[str]], typer.Option("--project", "-p", help="A default pin name, 'name==version:sha256' or a project folder; repeatable. Default: all pinned projects.")] = None,
-    default_projects: Annotated[bool, typer.Option(help="Build the pinned projects when no --project is given.")] = True,
+    project: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--project",
+            "-p",
+            help="A default pin name, 'name==version:sha256' or a project folder; repeatable. Default: all pinned projects.",
+        ),
+    ] = None,
+    default_projects: Annotated[
+        bool, typer.Option(help="Build the pinned projects when no --project is given.")
+    ] = True,
     tasks_per_project: Annotated[int, typer.Option(help="Validated tasks wanted per project.")] = 45,
     max_mutants: Annotated[int, typer.Option(help="Most mutants tried per project.")] = 400,
     heldout_fraction: Annotated[float, typer.Option(help="Share of real-project tasks in the held-out split.")] = 0.2,
@@ -48,7 +62,7 @@ def build(
     micro_heldout: Annotated[int, typer.Option(help="Micro tasks to add to the held-out split.")] = 0,
     seed: Annotated[int, typer.Option(help="Seed of mutant order and micro generation.")] = 0,
     workers: Annotated[int, typer.Option(help="Parallel sandboxed runs; 0 = bounded by cores and memory.")] = 0,
-    jsonl: Annotated[Optional[Path], typer.Option(help="Also export the corpus as SWE-bench-style JSONL here.")] = None,
+    jsonl: Annotated[Path | None, typer.Option(help="Also export the corpus as SWE-bench-style JSONL here.")] = None,
 ) -> None:
     """Build a corpus: real-project tasks from pinned sdists or project folders, plus optional micro tasks.
     A project that cannot be built is named and skipped; the others' tasks are saved."""
@@ -57,15 +71,23 @@ def build(
         projects = project or ([p.name for p in DEFAULT_PINS] if default_projects else [])
         tasks, reports = [], []
         if projects:
-            config = BuildConfig(projects=projects, tasks_per_project=tasks_per_project, max_mutants_per_project=max_mutants,
-                                 heldout_fraction=heldout_fraction, seed=seed, env=EnvConfig(workers=workers))
+            config = BuildConfig(
+                projects=projects,
+                tasks_per_project=tasks_per_project,
+                max_mutants_per_project=max_mutants,
+                heldout_fraction=heldout_fraction,
+                seed=seed,
+                env=EnvConfig(workers=workers),
+            )
             tasks, reports = build_corpus(config, out, log=lambda m: typer.echo(m, err=True))
         if micro_train:
             tasks += generate_micro_tasks(micro_train, seed)
         if micro_heldout:
             tasks += generate_micro_tasks(micro_heldout, seed + 1, split="heldout")
         if not tasks and any(r.skipped for r in reports):
-            raise EnvError("no project could be built: " + "; ".join(f"{r.name}: {r.skipped}" for r in reports if r.skipped))
+            raise EnvError(
+                "no project could be built: " + "; ".join(f"{r.name}: {r.skipped}" for r in reports if r.skipped)
+            )
         if not tasks:
             raise EnvError("nothing to build: give --project, keep --default-projects, or ask for micro tasks")
         save_corpus(tasks, out)
@@ -75,26 +97,42 @@ def build(
     except (EnvError, ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    typer.echo(f"{'project':<12} {'version':<8} {'deps':>4} {'tests':>6} {'stable':>6} {'mutants':>7} {'kept':>5} {'heldout':>7} {'seconds':>7}")
+    typer.echo(
+        f"{'project':<12} {'version':<8} {'deps':>4} {'tests':>6} {'stable':>6} {'mutants':>7} {'kept':>5} {'heldout':>7} {'seconds':>7}"
+    )
     for r in reports:
         if not r.skipped:
-            typer.echo(f"{r.name:<12} {r.version:<8} {r.dependencies:>4} {r.tests_total:>6} {r.tests_stable:>6} "
-                       f"{r.mutants_tried:>7} {r.kept:>5} {r.heldout:>7} {r.seconds:>7.0f}")
+            typer.echo(
+                f"{r.name:<12} {r.version:<8} {r.dependencies:>4} {r.tests_total:>6} {r.tests_stable:>6} "
+                f"{r.mutants_tried:>7} {r.kept:>5} {r.heldout:>7} {r.seconds:>7.0f}"
+            )
     for r in reports:
         if r.skipped:
             typer.echo(f"skipped {r.name} {r.version}: {r.skipped}")
     micro = [t for t in loaded if t.env_name == "micro"]
     if micro:
-        typer.echo(f"{'micro':<12} {'-':<8} {'-':>4} {'-':>6} {'-':>6} {'-':>7} {len(micro):>5} {sum(t.split == 'heldout' for t in micro):>7} {'-':>7}")
-    typer.echo(f"total {len(loaded)} tasks ({sum(t.split == 'heldout' for t in loaded)} held out) "
-               f"in {time.monotonic() - start:.0f}s -> {out / 'tasks.parquet'}")
+        typer.echo(
+            f"{'micro':<12} {'-':<8} {'-':>4} {'-':>6} {'-':>6} {'-':>7} {len(micro):>5} {sum(t.split == 'heldout' for t in micro):>7} {'-':>7}"
+        )
+    typer.echo(
+        f"total {len(loaded)} tasks ({sum(t.split == 'heldout' for t in loaded)} held out) "
+        f"in {time.monotonic() - start:.0f}s -> {out / 'tasks.parquet'}"
+    )
 
 
 @app.command("import")
 def import_records_command(
-    records: Annotated[Path, typer.Argument(help="SWE-bench-style JSONL: instance_id, repo, base_commit, patch, FAIL_TO_PASS, ...")],
+    records: Annotated[
+        Path, typer.Argument(help="SWE-bench-style JSONL: instance_id, repo, base_commit, patch, FAIL_TO_PASS, ...")
+    ],
     out: Annotated[Path, typer.Option(help="Corpus directory (tasks.parquet + snapshots/).")],
-    repo: Annotated[Optional[list[str]], typer.Option("--repo", help="OWNER/NAME=SOURCE: a local git clone, a project folder, a default pin or 'name==version:sha256'; repeatable.")] = None,
+    repo: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--repo",
+            help="OWNER/NAME=SOURCE: a local git clone, a project folder, a default pin or 'name==version:sha256'; repeatable.",
+        ),
+    ] = None,
     split: Annotated[str, typer.Option(help="Split of the imported tasks: train or heldout.")] = "train",
 ) -> None:
     """Import SWE-bench-style records as a corpus, materialising each repository at its base commit."""
@@ -109,7 +147,9 @@ def import_records_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     snapshots = len({t.snapshot_uri for t in loaded})
-    typer.echo(f"imported {len(loaded)} tasks from {records} ({snapshots} repository snapshots) -> {out / 'tasks.parquet'}")
+    typer.echo(
+        f"imported {len(loaded)} tasks from {records} ({snapshots} repository snapshots) -> {out / 'tasks.parquet'}"
+    )
 
 
 def _source(item: str) -> tuple[str, str]:

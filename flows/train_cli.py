@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -25,9 +25,11 @@ from tasks.progress import quiet_prefect_console
 def sft_command(
     ctx: typer.Context,
     model: Annotated[str, typer.Option("--model", help="Model directory, s3:// URI or Hugging Face model id.")],
-    data: Annotated[Path, typer.Option("--data", help="Conversations: JSONL ({'messages': [...]} per line) or Parquet.")],
+    data: Annotated[
+        Path, typer.Option("--data", help="Conversations: JSONL ({'messages': [...]} per line) or Parquet.")
+    ],
     out: Annotated[Path, typer.Option("--out", help="Folder for the fine-tuned weights (Hugging Face layout).")],
-    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with TrainerConfig keys.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="TOML file with TrainerConfig keys.")] = None,
 ) -> None:
     """Supervised fine-tuning of a given model on your demonstrations; extra `--key value` pairs set TrainerConfig."""
     from engines.model.hub import resolve_model
@@ -49,7 +51,9 @@ def sft_command(
 
 def eval_command(
     ctx: typer.Context,
-    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file with a RunConfig; recipes in configs/.")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="TOML file with a RunConfig; recipes in configs/.")
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print Prefect's own log lines.")] = False,
 ) -> None:
     """Evaluate a run's newest weights (pass@1, pass@k) on its held-out tasks."""

@@ -43,8 +43,17 @@ def torchrun_steps(cfg: LaneConfig, processes: int) -> int:
     """Run the lane under torchrun; print each published version as it appears."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         f.write(cfg.model_dump_json())
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-           "-m", "engines.trainer.lane", "--config", f.name]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        "-m",
+        "engines.trainer.lane",
+        "--config",
+        f.name,
+    ]
     proc = subprocess.Popen(cmd)
     store, seen = open_store(cfg.storage), -1
     while proc.poll() is None:
@@ -82,8 +91,14 @@ def _train_in_process(config: LaneConfig, sink: MetricsSink | None = None) -> li
             results.append(m)
             if sink is not None:
                 sink.log(step, m, "trainer")
-            say(f"[trainer] step {step + 1}/{last} -> v{step + 1} " + " ".join(
-                f"{k}={m[k]:.4g}" for k in ("loss", "mismatch_kl", "entropy", "grad_norm", "training_s") if m.get(k) is not None))
+            say(
+                f"[trainer] step {step + 1}/{last} -> v{step + 1} "
+                + " ".join(
+                    f"{k}={m[k]:.4g}"
+                    for k in ("loss", "mismatch_kl", "entropy", "grad_norm", "training_s")
+                    if m.get(k) is not None
+                )
+            )
     finally:
         lane.close()
         if sink is not None:

@@ -39,17 +39,23 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from engines.inference.config import InferenceConfig  # noqa: E402
-from engines.inference.server_pool import ServerPool  # noqa: E402
-from engines.inference.types import SamplingParams  # noqa: E402
+from engines.inference.config import InferenceConfig
+from engines.inference.server_pool import ServerPool
+from engines.inference.types import SamplingParams
 
 PROMPT = [1, 40, 41, 42, 43, 4, 2]
 
 
 def config(model_dir: Path, **overrides: Any) -> InferenceConfig:
-    base: dict[str, Any] = {"model_dir": str(model_dir), "max_model_len": 1024, "kv_cache_gb": 2, "dtype": "float32", "enforce_eager": True}
+    base: dict[str, Any] = {
+        "model_dir": str(model_dir),
+        "max_model_len": 1024,
+        "kv_cache_gb": 2,
+        "dtype": "float32",
+        "enforce_eager": True,
+    }
     base.update(overrides)
     return InferenceConfig.model_validate(base)
 
@@ -157,10 +163,20 @@ def _trainer_losses(model_dir: Path, work: Path, name: str, trainer: dict, episo
 
     spec = work / f"{name}.json"
     out = work / f"{name}.losses.json"
-    spec.write_text(json.dumps({"trainer": trainer, "model_dir": str(model_dir), "episodes": episodes, "out": str(out)}))
+    spec.write_text(
+        json.dumps({"trainer": trainer, "model_dir": str(model_dir), "episodes": episodes, "out": str(out)})
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={trainer.get('processes', 1)}",
-           str(Path(__file__).resolve()), "--trainer-rank", str(spec)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={trainer.get('processes', 1)}",
+        str(Path(__file__).resolve()),
+        "--trainer-rank",
+        str(spec),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode:
         raise RuntimeError(f"{name} ranks failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
@@ -202,8 +218,9 @@ async def check_trainer_fsdp2_ep(model_dir: Path, work: Path) -> str:
     _need_gpus(2)
     eps = _episodes(model_dir, work, long=False)
     ref = _trainer_losses(model_dir, work, "ref", BASE, eps)
-    got = _trainer_losses(model_dir, work, "fsdp2_ep", {**BASE, "processes": 2, "parallelism": "fsdp2_ep",
-                                                        "expert_parallel_size": 2}, eps)  # fmt: skip
+    got = _trainer_losses(
+        model_dir, work, "fsdp2_ep", {**BASE, "processes": 2, "parallelism": "fsdp2_ep", "expert_parallel_size": 2}, eps
+    )
     return _compare("fsdp2_ep", got, ref, 1e-3)
 
 
@@ -212,8 +229,9 @@ async def check_trainer_cp(model_dir: Path, work: Path) -> str:
     eps = _episodes(model_dir, work, long=True)
     long = {**BASE, "seq_len": 4096, "micro_batch_rows": 1, "packing": False}
     ref = _trainer_losses(model_dir, work, "ref-long", long, eps)
-    got = _trainer_losses(model_dir, work, "cp", {**long, "processes": 2, "parallelism": "fsdp2",
-                                                  "context_parallel_size": 2}, eps)  # fmt: skip
+    got = _trainer_losses(
+        model_dir, work, "cp", {**long, "processes": 2, "parallelism": "fsdp2", "context_parallel_size": 2}, eps
+    )
     return _compare("context parallel 2 at 4096 tokens", got, ref, 1e-3)
 
 
@@ -221,15 +239,29 @@ async def check_trainer_bf16(model_dir: Path, work: Path) -> str:
     eps = _episodes(model_dir, work, long=False)
     ref = _trainer_losses(model_dir, work, "ref", BASE, eps)
     if torch.cuda.device_count() >= 2:
-        trainer = {**BASE, "processes": 2, "parallelism": "fsdp2", "mixed_precision": "bf16", "activation_checkpointing": True}
+        trainer = {
+            **BASE,
+            "processes": 2,
+            "parallelism": "fsdp2",
+            "mixed_precision": "bf16",
+            "activation_checkpointing": True,
+        }
     else:
         trainer = {**BASE, "mixed_precision": "bf16", "activation_checkpointing": True}
     got = _trainer_losses(model_dir, work, "bf16", trainer, eps)
     return _compare(f"bf16 ({trainer.get('parallelism', 'ddp')})", got, ref, 3e-2)
 
 
-CHECKS = {"reload": check_reload, "fp8": check_fp8, "routes": check_routes, "ep": check_ep, "pd": check_pd,
-          "trainer_fsdp2_ep": check_trainer_fsdp2_ep, "trainer_cp": check_trainer_cp, "trainer_bf16": check_trainer_bf16}  # fmt: skip
+CHECKS = {
+    "reload": check_reload,
+    "fp8": check_fp8,
+    "routes": check_routes,
+    "ep": check_ep,
+    "pd": check_pd,
+    "trainer_fsdp2_ep": check_trainer_fsdp2_ep,
+    "trainer_cp": check_trainer_cp,
+    "trainer_bf16": check_trainer_bf16,
+}
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 
@@ -51,7 +51,7 @@ def publish(store: Store, run: str, version: int, step: int, uri: str, fmt: str 
             f"weights of version {version} of run {run!r} are not at {uri}; "
             "write them completely (see weights_uri) before publishing"
         )
-    ckpt = Checkpoint(run, int(version), int(step), uri, fmt, datetime.now(timezone.utc))
+    ckpt = Checkpoint(run, int(version), int(step), uri, fmt, datetime.now(UTC))
     table = pa.Table.from_pylist([ckpt.__dict__], schema=CHECKPOINTS)
     write_table(store, layout.checkpoint_record(run, version), table, "checkpoints")
     return ckpt

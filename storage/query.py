@@ -63,7 +63,9 @@ def connect(store: Store, run: str | None = None) -> LakeConnection:
     return lake
 
 
-def _complete_files(con: duckdb.DuckDBPyConnection, store: Store, pattern: str, skipped: dict[str, str]) -> dict[str, int]:
+def _complete_files(
+    con: duckdb.DuckDBPyConnection, store: Store, pattern: str, skipped: dict[str, str]
+) -> dict[str, int]:
     """Readable files matching `pattern` (URL -> schema version); the others go to `skipped`.
 
     One DuckDB call reads every footer's version (in parallel, and kept in the
@@ -74,9 +76,12 @@ def _complete_files(con: duckdb.DuckDBPyConnection, store: Store, pattern: str, 
     if not urls:
         return {}
     try:
-        found = dict(con.execute(
-            "SELECT file_name, decode(value) FROM parquet_kv_metadata($1) WHERE decode(key) = $2",
-            [urls, VERSION_KEY.decode()]).fetchall())
+        found = dict(
+            con.execute(
+                "SELECT file_name, decode(value) FROM parquet_kv_metadata($1) WHERE decode(key) = $2",
+                [urls, VERSION_KEY.decode()],
+            ).fetchall()
+        )
     except duckdb.Error:
         return _checked_one_by_one(store, files, skipped)
     good = {}
@@ -126,8 +131,10 @@ def _create_view(con: duckdb.DuckDBPyConnection, kind: str, urls: list[str], mix
     key = PARTITION_KEYS.get(kind)
     hive = f"hive_partitioning=true, hive_types={{'{key}': BIGINT}}" if key else "hive_partitioning=false"
     if mixed:
-        con.execute(f"CREATE VIEW {kind} AS SELECT * FROM _empty_{kind} UNION ALL BY NAME "
-                    f"SELECT * FROM read_parquet([{listing}], {hive}, union_by_name=true)")
+        con.execute(
+            f"CREATE VIEW {kind} AS SELECT * FROM _empty_{kind} UNION ALL BY NAME "
+            f"SELECT * FROM read_parquet([{listing}], {hive}, union_by_name=true)"
+        )
         return
     # Every file has the current columns: a plain scan (union_by_name would read every
     # footer again), the hive key put back at its place in the schema.

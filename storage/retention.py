@@ -19,7 +19,9 @@ from storage import checkpoints
 from storage.fs import Store
 
 
-def versions_to_keep(published: Iterable[int], keep_last: int, milestone_every: int, in_use: Iterable[int] = ()) -> set[int]:
+def versions_to_keep(
+    published: Iterable[int], keep_last: int, milestone_every: int, in_use: Iterable[int] = ()
+) -> set[int]:
     """The published versions the policy keeps (a pure function of its arguments)."""
     if keep_last < 1:
         raise ValueError(f"keep_last must be >= 1, got {keep_last}")
@@ -32,7 +34,9 @@ def versions_to_keep(published: Iterable[int], keep_last: int, milestone_every: 
     return keep
 
 
-def apply_retention(store: Store, run: str, keep_last: int, milestone_every: int, in_use: Iterable[int] = ()) -> list[int]:
+def apply_retention(
+    store: Store, run: str, keep_last: int, milestone_every: int, in_use: Iterable[int] = ()
+) -> list[int]:
     """Delete the published versions the policy does not keep; returns them."""
     published = checkpoints.list_versions(store, run)
     keep = versions_to_keep(published, keep_last, milestone_every, in_use)

@@ -12,7 +12,7 @@ storage.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -50,6 +50,6 @@ def record_start(store: Store, run: str, record: dict[str, Any]) -> dict[str, An
         raise ValueError(f"runs: unknown columns {unknown}; allowed: {RUNS.names}")
     starts = list_starts(store, run)
     start = starts[-1] + 1 if starts else 0
-    row = {**record, "run_id": run, "start": start, "started_at": datetime.now(timezone.utc)}
+    row = {**record, "run_id": run, "start": start, "started_at": datetime.now(UTC)}
     write_table(store, layout.run_start(run, start), pa.Table.from_pylist([row], schema=RUNS), "runs")
     return row

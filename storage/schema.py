@@ -44,7 +44,11 @@ ROLLOUTS = _schema(
         _f("completion_ids", pa.list_(pa.int32()), "every token after the prompt: model turns and observations"),
         _f("loss_mask", pa.list_(pa.bool_()), "per completion token: true for model tokens, false for observations"),
         _f("completion_logprobs", pa.list_(pa.float32()), "per completion token inference logprob (0 where masked)"),
-        _f("routed_experts", pa.large_binary(), "uint8/uint16 experts [tokens, layers, top_k], C order; null if not recorded"),
+        _f(
+            "routed_experts",
+            pa.large_binary(),
+            "uint8/uint16 experts [tokens, layers, top_k], C order; null if not recorded",
+        ),
         _f("routed_experts_shape", pa.list_(pa.int32(), 3), "[tokens, layers, top_k] of routed_experts"),
         _f("num_prompt_tokens", pa.int32(), "len(prompt_ids)"),
         _f("num_completion_tokens", pa.int32(), "len(completion_ids)"),
@@ -56,9 +60,15 @@ ROLLOUTS = _schema(
         _f("p2p_passed", pa.int32(), "PASS_TO_PASS tests passing after the patch"),
         _f("p2p_total", pa.int32(), "PASS_TO_PASS tests of the task"),
         _f("test_report", pa.string(), "JSON: test id -> status, from the grader"),
-        _f("patch", pa.string(), "the agent's final patch (unified diff) that was graded; null before schema version 2"),
+        _f(
+            "patch", pa.string(), "the agent's final patch (unified diff) that was graded; null before schema version 2"
+        ),
         _f("num_turns", pa.int32(), "model turns in the episode"),
-        _f("finish_reason", pa.dictionary(pa.int32(), pa.string()), "submitted | max_turns | max_tokens | timeout | error"),
+        _f(
+            "finish_reason",
+            pa.dictionary(pa.int32(), pa.string()),
+            "submitted | max_turns | max_tokens | timeout | error",
+        ),
         _f("generation_s", pa.float64(), "seconds spent generating"),
         _f("grading_s", pa.float64(), "seconds spent grading"),
         _f("infra_failure", pa.bool_(), "true when the harness failed (not the model); left out of group statistics"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -27,7 +27,7 @@ def write_step_metrics(store: Store, run: str, step: int, metrics: dict[str, Any
             f"give them as numbers (they go to `extra`) or use a column: {sorted(known)}"
         )
     extra = {k: float(v) for k, v in others.items()}
-    row.update(run_id=run, step=step, extra=list(extra.items()), written_at=datetime.now(timezone.utc))
+    row.update(run_id=run, step=step, extra=list(extra.items()), written_at=datetime.now(UTC))
     table = pa.Table.from_pylist([row], schema=STEPS)
     return write_table(store, layout.steps_file(run, step), table, "steps")
 

@@ -32,8 +32,10 @@ def use_corpus(store: Store, run: str, corpus_dir: str) -> str:
     """A corpus built by `tandem tasks build`: check it loads, copy its table into the run."""
     tasks = load_corpus(corpus_dir)
     ensure_task_deps(tasks)  # projects' own dependencies, when the corpus was built elsewhere
-    say(f"[tasks] corpus {corpus_dir}: {sum(t.split == 'train' for t in tasks)} train, "
-          f"{sum(t.split == 'heldout' for t in tasks)} held-out tasks")
+    say(
+        f"[tasks] corpus {corpus_dir}: {sum(t.split == 'train' for t in tasks)} train, "
+        f"{sum(t.split == 'heldout' for t in tasks)} held-out tasks"
+    )
     publish_corpus_table(store, run, corpus_dir)
     return corpus_dir
 

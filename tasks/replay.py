@@ -18,8 +18,15 @@ from storage.tables import write_rescores
 
 
 @task(name="rescore-step", cache_policy=NO_CACHE)
-def rescore_step(store: Store, grader: GradingPool, cache: GradeCache, tasks: Mapping[str, Task],
-                 source_run: str, run: str, step: int) -> dict[str, int]:
+def rescore_step(
+    store: Store,
+    grader: GradingPool,
+    cache: GradeCache,
+    tasks: Mapping[str, Task],
+    source_run: str,
+    run: str,
+    step: int,
+) -> dict[str, int]:
     """Re-grade the stored episodes of `source_run`'s `step` into `run`'s rescores table."""
     table = rescore_episodes(grader, cache, tasks, shards.read_step(store, source_run, step), run, source_run, step)
     write_rescores(store, run, step, table)

@@ -22,8 +22,8 @@ from engines.rollout.evaluate import EvalResult, evaluate
 from engines.rollout.step import GradeCache, run_step, sample_step_tasks
 from engines.staleness import version_to_use
 from storage import checkpoints, shards
-from storage.retention import apply_retention
 from storage.fs import Store
+from storage.retention import apply_retention
 
 
 @dataclass
@@ -42,7 +42,9 @@ class RolloutRuntime:
     cache: GradeCache = field(default_factory=GradeCache)
 
 
-async def policy_for_step(rt: RolloutRuntime, step: int, async_level: int, timeout_s: float = 3600.0) -> tuple[int, float]:
+async def policy_for_step(
+    rt: RolloutRuntime, step: int, async_level: int, timeout_s: float = 3600.0
+) -> tuple[int, float]:
     """Newest published version allowed for `step` (blocks while the trainer is behind),
     and the seconds spent waiting."""
     start = time.monotonic()
@@ -53,7 +55,9 @@ async def policy_for_step(rt: RolloutRuntime, step: int, async_level: int, timeo
         if version is not None:
             return version, time.monotonic() - start
         if time.monotonic() > deadline:
-            raise TimeoutError(f"step {step}: no policy version >= {step - async_level} after {timeout_s:.0f} s; is the trainer lane running?")
+            raise TimeoutError(
+                f"step {step}: no policy version >= {step - async_level} after {timeout_s:.0f} s; is the trainer lane running?"
+            )
         await asyncio.sleep(0.25)
 
 
@@ -80,8 +84,9 @@ async def load_final_policy(rt: RolloutRuntime, version: int) -> float:
 
 
 @task(name="rollout-step", cache_policy=NO_CACHE)
-async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group_size: int, seed: int,
-                       async_level: int, std_scale: bool) -> dict[str, Any]:
+async def rollout_step(
+    rt: RolloutRuntime, step: int, tasks_per_step: int, group_size: int, seed: int, async_level: int, std_scale: bool
+) -> dict[str, Any]:
     """One step as one task (coarse, so Prefect's per-task cost stays small against the
     step): wait for a fresh-enough policy, load it, generate and grade the episodes,
     write the step's `final` shard. Returns small metrics; `task_s` is the time inside
@@ -90,8 +95,9 @@ async def rollout_step(rt: RolloutRuntime, step: int, tasks_per_step: int, group
     version, waited = await policy_for_step(rt, step, async_level)
     update_s = await load_version(rt, version) if version > rt.pool.version else 0.0
     tasks = sample_step_tasks(rt.train_tasks, step, tasks_per_step, seed)
-    result = await run_step(rt.agent, rt.grader, rt.cache, rt.env, rt.run, step, tasks, group_size,
-                            async_level, std_scale)
+    result = await run_step(
+        rt.agent, rt.grader, rt.cache, rt.env, rt.run, step, tasks, group_size, async_level, std_scale
+    )
     uri = await asyncio.to_thread(shards.write_shard, rt.store, rt.run, step, "final", result.table)
     t = result.table
     graded = [not f for f in t.column("infra_failure").to_pylist()]  # infra failures say nothing about the policy

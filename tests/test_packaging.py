@@ -54,8 +54,12 @@ def _third_party_imports() -> dict[str, str]:
 def test_every_third_party_import_is_a_declared_dependency() -> None:
     providers = importlib.metadata.packages_distributions()
     # Optional features import their extra lazily and say which extra to install (flows/metrics.py).
-    features = {_normal(re.split(r"[<>=\[]", r)[0]) for name, reqs in PYPROJECT["project"]["optional-dependencies"].items()
-                if name != "test" for r in reqs}
+    features = {
+        _normal(re.split(r"[<>=\[]", r)[0])
+        for name, reqs in PYPROJECT["project"]["optional-dependencies"].items()
+        if name != "test"
+        for r in reqs
+    }
     declared = _declared() | features
     undeclared = {}
     for module, where in _third_party_imports().items():

@@ -49,18 +49,44 @@ from engines.env.types import Task
 from engines.env.workspace import Workspace, read_tree, unified_diff
 
 LOG_PARSER = "parse_log_pytest"
-_SKIP_DIRS = {"docs", "doc", "examples", "example", "benchmarks", "bench", "build", "dist", "scripts", ".git", ".github"}
+_SKIP_DIRS = {
+    "docs",
+    "doc",
+    "examples",
+    "example",
+    "benchmarks",
+    "bench",
+    "build",
+    "dist",
+    "scripts",
+    ".git",
+    ".github",
+}
 
 
 class BuildConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    projects: list[str] = Field(default_factory=lambda: [p.name for p in DEFAULT_PINS], description="Default pin names, 'name==version:sha256' specs or project folders.")
-    tasks_per_project: int = Field(45, ge=1, description="Validated tasks wanted per project; mutants are tried until reached.")
-    max_mutants_per_project: int = Field(400, ge=1, description="Upper bound on mutants tried per project (each costs one suite run).")
-    baseline_runs: int = Field(3, ge=1, description="Suite runs on the clean project; tests PASSED in all of them are 'stable'.")
+    projects: list[str] = Field(
+        default_factory=lambda: [p.name for p in DEFAULT_PINS],
+        description="Default pin names, 'name==version:sha256' specs or project folders.",
+    )
+    tasks_per_project: int = Field(
+        45, ge=1, description="Validated tasks wanted per project; mutants are tried until reached."
+    )
+    max_mutants_per_project: int = Field(
+        400, ge=1, description="Upper bound on mutants tried per project (each costs one suite run)."
+    )
+    baseline_runs: int = Field(
+        3, ge=1, description="Suite runs on the clean project; tests PASSED in all of them are 'stable'."
+    )
     max_f2p: int = Field(20, ge=1, description="Most tests a kept mutant may break (SWE-smith keeps 1 to 20).")
-    heldout_fraction: float = Field(0.2, ge=0, le=1, description="Share of tasks put in the held-out split (by a hash of the id: stable across rebuilds).")
+    heldout_fraction: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="Share of tasks put in the held-out split (by a hash of the id: stable across rebuilds).",
+    )
     seed: int = Field(0, description="Seed of the mutant order.")
     env: EnvConfig = Field(default_factory=EnvConfig, description="Sandbox and grading settings used for every run.")
 
@@ -100,10 +126,16 @@ def discover(root: Path, deps_key: str | None = None) -> Project:
         in_test_dir = any(p in ("tests", "test", "testing") for p in rel.parts[:-1])
         if name.startswith("test_") or name.endswith("_test.py") or (name == "tests.py" and in_test_dir):
             tests.append(str(rel))
-        elif not in_test_dir and name not in ("setup.py", "conftest.py", "noxfile.py") and not name.startswith("_version"):
+        elif (
+            not in_test_dir
+            and name not in ("setup.py", "conftest.py", "noxfile.py")
+            and not name.startswith("_version")
+        ):
             sources.append(str(rel))
     if not tests:
-        raise BuildError(f"{root.name}: no pytest test files (test_*.py, *_test.py) in the sdist; pick a project that ships its tests")
+        raise BuildError(
+            f"{root.name}: no pytest test files (test_*.py, *_test.py) in the sdist; pick a project that ships its tests"
+        )
     return Project(root, tuple(tests), tuple(sources), test_command(root, deps_key))
 
 
@@ -160,9 +192,13 @@ def build_project(pin: ProjectSource, out: Path, config: BuildConfig, log=print)
     baseline_s, stable, total = _stable_tests(runner, spaces[0], suite, config.baseline_runs)
     report.tests_total, report.tests_stable = total, len(stable)
     if not stable:
-        raise BuildError(f"{pin.spec}: no test passes reliably in the sandbox; the project may need plugins or dependencies")
+        raise BuildError(
+            f"{pin.spec}: no test passes reliably in the sandbox; the project may need plugins or dependencies"
+        )
     log(f"[{pin.name}] {len(stable)}/{total} stable tests; suite {baseline_s:.2f}s")
-    mutant_env = env.model_copy(update={"limits": env.limits.model_copy(update={"wall_timeout_s": max(20.0, 5 * baseline_s)})})
+    mutant_env = env.model_copy(
+        update={"limits": env.limits.model_copy(update={"wall_timeout_s": max(20.0, 5 * baseline_s)})}
+    )
     mutant_runner = make_runner(mutant_env)
 
     candidates = [(f, m) for f in project.source_files for m in mutations(clean[f].decode())]
@@ -174,7 +210,10 @@ def build_project(pin: ProjectSource, out: Path, config: BuildConfig, log=print)
             if len(kept) >= config.tasks_per_project:
                 break
             batch = candidates[i : i + workers * 2]
-            jobs = [pool.submit(_try_mutant, free, suite, mutant_runner, stable, config, pin, project, f, m) for f, m in batch]
+            jobs = [
+                pool.submit(_try_mutant, free, suite, mutant_runner, stable, config, pin, project, f, m)
+                for f, m in batch
+            ]
             drafts = [job.result() for job in jobs]
             report.mutants_tried += len(batch)
             fresh = []
@@ -193,8 +232,10 @@ def build_project(pin: ProjectSource, out: Path, config: BuildConfig, log=print)
         ws.destroy()
     report.kept, report.heldout = len(kept), sum(t.split == "heldout" for t in kept)
     report.seconds = time.monotonic() - start
-    log(f"[{pin.name}] kept {report.kept} tasks ({report.heldout} held out) from {report.mutants_tried} mutants "
-        f"in {report.seconds:.0f}s; rejected {report.rejected}")
+    log(
+        f"[{pin.name}] kept {report.kept} tasks ({report.heldout} held out) from {report.mutants_tried} mutants "
+        f"in {report.seconds:.0f}s; rejected {report.rejected}"
+    )
     return kept, report
 
 
@@ -214,8 +255,17 @@ def _stable_tests(runner, ws: Workspace, suite: str, runs: int) -> tuple[float, 
     return max(durations), sorted(passed_all or ()), len(seen)
 
 
-def _try_mutant(free: "queue.Queue[Workspace]", suite: str, runner, stable: list[str], config: BuildConfig,
-                pin: ProjectSource, project: Project, rel: str, mutation: Mutation) -> Task | str:
+def _try_mutant(
+    free: queue.Queue[Workspace],
+    suite: str,
+    runner,
+    stable: list[str],
+    config: BuildConfig,
+    pin: ProjectSource,
+    project: Project,
+    rel: str,
+    mutation: Mutation,
+) -> Task | str:
     """One mutant's suite run; a draft task, or the reason it was rejected."""
     ws = free.get()
     try:
@@ -242,16 +292,31 @@ def _try_mutant(free: "queue.Queue[Workspace]", suite: str, runner, stable: list
     gold = unified_diff({rel: mutant.encode()}, {rel: original.encode()})
     ident = f"{pin.name}-{pin.version}-{hashlib.sha256(bug_patch.encode()).hexdigest()[:10]}"
     heldout = int(hashlib.sha256(ident.encode()).hexdigest(), 16) % 1000 < config.heldout_fraction * 1000
-    meta = {"bug_patch": bug_patch, "bug": mutation.kind, "file": rel, "line": mutation.line,
-            "test_files": list(project.test_files)}
+    meta = {
+        "bug_patch": bug_patch,
+        "bug": mutation.kind,
+        "file": rel,
+        "line": mutation.line,
+        "test_files": list(project.test_files),
+    }
     if project.requirements:
         meta["requirements"] = list(project.requirements)  # to install them again where the corpus is used
     return Task(
-        instance_id=ident, repo=pin.name, version=pin.version,
+        instance_id=ident,
+        repo=pin.name,
+        version=pin.version,
         base_commit=hashlib.sha256((pin.sha256 + bug_patch).encode()).hexdigest()[:16],
-        problem_statement=_problem_statement(pin, broken, run.output), patch=gold, test_patch="",
-        FAIL_TO_PASS=tuple(broken), PASS_TO_PASS=tuple(p2p), test_cmd=project.test_cmd, log_parser=LOG_PARSER,
-        env_name="swe", split="heldout" if heldout else "train", snapshot_uri=str(project.root), metadata=json.dumps(meta),
+        problem_statement=_problem_statement(pin, broken, run.output),
+        patch=gold,
+        test_patch="",
+        FAIL_TO_PASS=tuple(broken),
+        PASS_TO_PASS=tuple(p2p),
+        test_cmd=project.test_cmd,
+        log_parser=LOG_PARSER,
+        env_name="swe",
+        split="heldout" if heldout else "train",
+        snapshot_uri=str(project.root),
+        metadata=json.dumps(meta),
     )
 
 
@@ -264,16 +329,21 @@ def _validate(grader: GradingPool, drafts: list[Task]) -> list[tuple[Task, str]]
     if not drafts:
         return []
     results = grader.grade_many([(t, t.patch) for t in drafts])
-    return [(t, "" if g.resolved else ("gold_infra_failure" if g.infra_failure else "gold_not_resolving"))
-            for t, g in zip(drafts, results)]
+    return [
+        (t, "" if g.resolved else ("gold_infra_failure" if g.infra_failure else "gold_not_resolving"))
+        for t, g in zip(drafts, results)
+    ]
 
 
 def _problem_statement(pin: ProjectSource, broken: list[str], output: str, limit: int = 1500) -> str:
     summary = [line for line in output.splitlines() if line.startswith("FAILED ") and line.split()[1] in broken]
     errors = [line for line in output.splitlines() if line.startswith("E ")][:12]
-    text = (f"Some tests of {pin.name} {pin.version} fail. Fix the source code so they pass; the tests are correct.\n"
-            "Failing tests:\n" + "\n".join(summary[:8] or [f"FAILED {t}" for t in broken[:8]]) +
-            ("\nAssertion output:\n" + "\n".join(errors) if errors else ""))
+    text = (
+        f"Some tests of {pin.name} {pin.version} fail. Fix the source code so they pass; the tests are correct.\n"
+        "Failing tests:\n"
+        + "\n".join(summary[:8] or [f"FAILED {t}" for t in broken[:8]])
+        + ("\nAssertion output:\n" + "\n".join(errors) if errors else "")
+    )
     return text if len(text) <= limit else text[: limit - 15] + "\n[truncated]"
 
 

@@ -32,7 +32,7 @@ class CgroupCaps:
     version: int
 
     @classmethod
-    def create(cls, memory_mb: int, max_processes: int, root: str = DEFAULT_ROOT) -> "CgroupCaps | None":
+    def create(cls, memory_mb: int, max_processes: int, root: str = DEFAULT_ROOT) -> CgroupCaps | None:
         """Fresh groups with the caps applied, or None when no hierarchy takes them."""
         return _create_v2(memory_mb, max_processes, root) or _create_v1(memory_mb, max_processes, root)
 
@@ -96,8 +96,14 @@ def unavailable(root: str = DEFAULT_ROOT) -> str:
     else:
         have = _controllers(v2)
         missing = [c for c in _V2_CONTROLLERS if c not in have]
-        reasons.append(f"cgroup v2 at {v2}: " + (f"controllers {missing} not available (cgroup.controllers: {' '.join(sorted(have)) or 'none'})"
-                                                  if missing else f"{v2}/{_PARENT} not writable or controllers not delegated"))
+        reasons.append(
+            f"cgroup v2 at {v2}: "
+            + (
+                f"controllers {missing} not available (cgroup.controllers: {' '.join(sorted(have)) or 'none'})"
+                if missing
+                else f"{v2}/{_PARENT} not writable or controllers not delegated"
+            )
+        )
     for controller in ("memory", "pids"):
         path = os.path.join(root, controller)
         if not os.path.isfile(os.path.join(path, "cgroup.procs")):

@@ -17,20 +17,44 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class SandboxLimits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    memory_mb: int = Field(1024, ge=16, description="Memory cap of the whole sandboxed tree (MiB, cgroup). 1 GiB fits pytest on the default projects.")
-    max_processes: int = Field(64, ge=4, description="Process/thread cap of the tree (cgroup pids.max); stops fork bombs. pytest needs a handful.")
-    cpu_seconds: int = Field(60, ge=1, description="CPU-time rlimit per process (s); stops busy loops even when the wall clock is generous.")
+    memory_mb: int = Field(
+        1024,
+        ge=16,
+        description="Memory cap of the whole sandboxed tree (MiB, cgroup). 1 GiB fits pytest on the default projects.",
+    )
+    max_processes: int = Field(
+        64,
+        ge=4,
+        description="Process/thread cap of the tree (cgroup pids.max); stops fork bombs. pytest needs a handful.",
+    )
+    cpu_seconds: int = Field(
+        60, ge=1, description="CPU-time rlimit per process (s); stops busy loops even when the wall clock is generous."
+    )
     file_size_mb: int = Field(64, ge=1, description="Largest file a sandboxed process may write (MiB, RLIMIT_FSIZE).")
-    wall_timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit of one command (s); the whole tree is killed when it passes.")
-    output_bytes: int = Field(256_000, ge=1024, description="Bytes of output kept (first quarter and last three quarters); the rest is dropped.")
+    wall_timeout_s: float = Field(
+        60.0, gt=0, description="Wall-clock limit of one command (s); the whole tree is killed when it passes."
+    )
+    output_bytes: int = Field(
+        256_000,
+        ge=1024,
+        description="Bytes of output kept (first quarter and last three quarters); the rest is dropped.",
+    )
 
 
 class EnvConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    limits: SandboxLimits = Field(default_factory=SandboxLimits, description="Caps applied to every sandboxed command (grading, bash tool, test tool).")
-    backend: Literal["bwrap", "unsandboxed"] = Field("bwrap", description="'bwrap' runs commands under bubblewrap; 'unsandboxed' runs them directly (needs allow_unsandboxed).")
-    allow_unsandboxed: bool = Field(False, description="Explicit opt-in for the unsandboxed backend; a warning is logged on every use.")
+    limits: SandboxLimits = Field(
+        default_factory=SandboxLimits,
+        description="Caps applied to every sandboxed command (grading, bash tool, test tool).",
+    )
+    backend: Literal["bwrap", "unsandboxed"] = Field(
+        "bwrap",
+        description="'bwrap' runs commands under bubblewrap; 'unsandboxed' runs them directly (needs allow_unsandboxed).",
+    )
+    allow_unsandboxed: bool = Field(
+        False, description="Explicit opt-in for the unsandboxed backend; a warning is logged on every use."
+    )
     bwrap_path: str = Field("bwrap", description="bubblewrap executable (name on PATH or absolute path).")
     use_cgroups: bool = Field(
         True,
@@ -38,26 +62,47 @@ class EnvConfig(BaseModel):
         "applied, grading refuses to start and says what is missing; False opts out explicitly (rlimits only: "
         "no memory or process-count cap for root).",
     )
-    cgroup_root: str = Field("/sys/fs/cgroup", description="Where the cgroup filesystem is mounted (v2: the unified root; v1: the folder holding memory/ and pids/).")
-    python: str = Field(default_factory=lambda: sys.executable, description="Python interpreter that runs tests inside the sandbox (its prefix is bound read-only).")
-    workers: int = Field(0, ge=0, description="Grading workers; 0 = min(CPU cores, available memory / limits.memory_mb).")
+    cgroup_root: str = Field(
+        "/sys/fs/cgroup",
+        description="Where the cgroup filesystem is mounted (v2: the unified root; v1: the folder holding memory/ and pids/).",
+    )
+    python: str = Field(
+        default_factory=lambda: sys.executable,
+        description="Python interpreter that runs tests inside the sandbox (its prefix is bound read-only).",
+    )
+    workers: int = Field(
+        0, ge=0, description="Grading workers; 0 = min(CPU cores, available memory / limits.memory_mb)."
+    )
     warm_pytest: bool = Field(
         True,
         description="Grade `python -m pytest` commands in a sandbox that stays up per repository copy, with pytest "
         "imported once and a fresh fork per run (warm_pytest.py): 5-10x faster targeted runs, same isolation.",
     )
-    partial_credit: bool = Field(False, description="Reward = fraction of FAIL_TO_PASS passing when every PASS_TO_PASS passes; default is binary 'resolved'.")
+    partial_credit: bool = Field(
+        False,
+        description="Reward = fraction of FAIL_TO_PASS passing when every PASS_TO_PASS passes; default is binary 'resolved'.",
+    )
     edit_attempts: int = Field(
-        0, ge=0,
+        0,
+        ge=0,
         description="Edit feedback (engines/env/feedback.py): 0 = edits are plain; N > 0 = every edit runs the task's "
         "tests at once, a failing edit is rolled back, and the episode ends when the tests pass or after N failing edits.",
     )
-    max_patch_bytes: int = Field(2_000_000, ge=1024, description="Patches larger than this are graded as failures without being applied (bytes).")
-    observation_chars: int = Field(1200, ge=100, description="Longest tool observation returned to the agent (characters); micro tasks need a few hundred.")
-    scratch_dir: str = Field(default_factory=lambda: os.environ.get("TANDEM_ENV_SCRATCH", "/tmp/tandem-env"), description="Where writable repository copies are made.")
+    max_patch_bytes: int = Field(
+        2_000_000, ge=1024, description="Patches larger than this are graded as failures without being applied (bytes)."
+    )
+    observation_chars: int = Field(
+        1200,
+        ge=100,
+        description="Longest tool observation returned to the agent (characters); micro tasks need a few hundred.",
+    )
+    scratch_dir: str = Field(
+        default_factory=lambda: os.environ.get("TANDEM_ENV_SCRATCH", "/tmp/tandem-env"),
+        description="Where writable repository copies are made.",
+    )
 
     @model_validator(mode="after")
-    def _check_backend(self) -> "EnvConfig":
+    def _check_backend(self) -> EnvConfig:
         if self.backend == "unsandboxed" and not self.allow_unsandboxed:
             raise ValueError(
                 "backend='unsandboxed' runs model-written code on the host: set allow_unsandboxed=True "

@@ -83,7 +83,8 @@ def run_tasks(store: Store, run: str, corpus_path: str | None = None) -> list[Ta
                 if corpus_path is None:
                     raise FileNotFoundError(
                         f"task {row['instance_id']} of run {run!r} needs its corpus's snapshots ({uri}): "
-                        "give the corpus directory the run used")
+                        "give the corpus directory the run used"
+                    )
                 row["snapshot_uri"] = str(Path(corpus_path).resolve() / uri)
             tasks.append(Task.from_row(row))
     return tasks
@@ -139,12 +140,25 @@ def task_from_record(record: dict, snapshots_dir: str | Path | None, split: str,
     if not snapshot and snapshots_dir is not None:
         snapshot = str(Path(snapshots_dir) / ident)
     if not snapshot and not json.loads(record.get("metadata") or "{}").get("files"):
-        raise TaskError(f"{where} (instance {ident}): no snapshot; give snapshot_uri or snapshots_dir/{ident}/ holding the repo at base_commit")
-    row = {
-        "version": "", "base_commit": "", "problem_statement": "", "test_patch": "", "PASS_TO_PASS": "[]",
-        "test_cmd": DEFAULT_TEST_CMD, "log_parser": "parse_log_pytest", "env_name": "swe", "split": split,
-        "metadata": "{}",
-    } | {k: v for k, v in record.items() if v is not None and k in TASKS.names} | {"snapshot_uri": snapshot}
+        raise TaskError(
+            f"{where} (instance {ident}): no snapshot; give snapshot_uri or snapshots_dir/{ident}/ holding the repo at base_commit"
+        )
+    row = (
+        {
+            "version": "",
+            "base_commit": "",
+            "problem_statement": "",
+            "test_patch": "",
+            "PASS_TO_PASS": "[]",
+            "test_cmd": DEFAULT_TEST_CMD,
+            "log_parser": "parse_log_pytest",
+            "env_name": "swe",
+            "split": split,
+            "metadata": "{}",
+        }
+        | {k: v for k, v in record.items() if v is not None and k in TASKS.names}
+        | {"snapshot_uri": snapshot}
+    )
     try:
         task = Task.from_row(row)
     except ValueError as exc:

@@ -75,8 +75,9 @@ def declared_requirements(root: Path, python: str = sys.executable) -> list[str]
 
 
 def deps_key(requirements: list[str], python: str = sys.executable) -> str:
-    version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True,
-                             check=True).stdout.strip()
+    version = subprocess.run(
+        [python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     return hashlib.sha256(json.dumps([sorted(requirements), version]).encode()).hexdigest()[:16]
 
 
@@ -91,8 +92,18 @@ def ensure_deps(requirements: list[str], python: str = sys.executable, root: Pat
         return key
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
-    cmd = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input",
-           "--target", str(tmp), *requirements]
+    cmd = [
+        python,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--target",
+        str(tmp),
+        *requirements,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -105,7 +116,7 @@ def ensure_deps(requirements: list[str], python: str = sys.executable, root: Pat
     return key
 
 
-def ensure_task_deps(tasks: "list[Task]", python: str = sys.executable) -> int:
+def ensure_task_deps(tasks: list[Task], python: str = sys.executable) -> int:
     """Install the dependency folders a corpus's tasks name (a corpus built elsewhere);
     returns how many distinct folders the tasks use."""
     wanted = {tuple(reqs) for t in tasks if (reqs := t.meta().get("requirements"))}
@@ -146,8 +157,20 @@ def _from_built_metadata(root: Path, python: str) -> list[str]:
     """Requires-Dist from the metadata pip builds (setup.py projects, dynamic dependencies)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        cmd = [python, "-m", "pip", "install", "--quiet", "--dry-run", "--no-deps", "--ignore-installed",
-               "--disable-pip-version-check", "--report", str(report), str(root)]
+        cmd = [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--dry-run",
+            "--no-deps",
+            "--ignore-installed",
+            "--disable-pip-version-check",
+            "--report",
+            str(report),
+            str(root),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0 or not report.is_file():
             raise BuildError(f"{root.name}: cannot read its declared dependencies ({proc.stderr.strip()[-300:]})")

@@ -26,7 +26,9 @@ _FAILED_SHOWN = 4  # failing test ids listed
 
 def edit_echo(path: str, line: int, new_lines: list[str]) -> str:
     """What an edit shows: the file and the new lines, numbered from the edited line."""
-    shown = "\n".join(f"{i} {text}" for i, text in enumerate(new_lines, line)) if new_lines else f"(line {line} deleted)"
+    shown = (
+        "\n".join(f"{i} {text}" for i, text in enumerate(new_lines, line)) if new_lines else f"(line {line} deleted)"
+    )
     return f"edited {path}\n{shown}"
 
 

@@ -155,7 +155,7 @@ class GradingPool:
             self._slots.get().close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
-    def __enter__(self) -> "GradingPool":
+    def __enter__(self) -> GradingPool:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -166,7 +166,9 @@ def _grade(task: Task, patch: str, config: EnvConfig, runner: Runner, slot: _Slo
     if not isinstance(patch, str):
         return _result(task, start, notes=f"patch must be text, got {type(patch).__name__}", applied=False)
     if len(patch.encode("utf-8", "surrogateescape")) > config.max_patch_bytes:
-        return _result(task, start, notes=f"patch larger than max_patch_bytes={config.max_patch_bytes}; not applied", applied=False)
+        return _result(
+            task, start, notes=f"patch larger than max_patch_bytes={config.max_patch_bytes}; not applied", applied=False
+        )
     filtered = filter_patch(patch, protected_files(task))
     if filtered.error:
         return _result(task, start, notes=filtered.error, applied=False)
@@ -176,9 +178,13 @@ def _grade(task: Task, patch: str, config: EnvConfig, runner: Runner, slot: _Slo
     if error:
         return _result(task, start, notes=f"patch does not apply: {error}", applied=False)
     # What the applied patch really touched, read from the tree: the last word on the allowlist.
-    if refused := [p for p in ws.changed_paths() if not is_allowed(p, protected_files(task)) or (ws.root / p).is_symlink()]:
+    if refused := [
+        p for p in ws.changed_paths() if not is_allowed(p, protected_files(task)) or (ws.root / p).is_symlink()
+    ]:
         ws.reset()
-        return _result(task, start, notes=f"patch touched protected paths: {', '.join(refused[:10])}; not graded", applied=False)
+        return _result(
+            task, start, notes=f"patch touched protected paths: {', '.join(refused[:10])}; not graded", applied=False
+        )
     if task.test_patch and (error := ws.apply(task.test_patch)):
         raise TaskError(f"test_patch does not apply on the base ({error}); fix the task")
     run = slot.run_tests(task, ws, config, runner)
@@ -186,20 +192,48 @@ def _grade(task: Task, patch: str, config: EnvConfig, runner: Runner, slot: _Slo
     if not run.started:
         return _result(task, start, infra=run.infra_message)
     if run.timed_out:
-        return _result(task, start, notes=f"tests timed out after {config.limits.wall_timeout_s}s; {dropped}".strip("; "))
+        return _result(
+            task, start, notes=f"tests timed out after {config.limits.wall_timeout_s}s; {dropped}".strip("; ")
+        )
     rep = evaluate(frame_log(run.output, run.exit_code), task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS)
     reward = 1.0 if rep.resolved else 0.0
     if config.partial_credit and not rep.resolved and rep.log_valid and rep.p2p_passed == rep.p2p_total:
         reward = rep.f2p_passed / max(1, rep.f2p_total)
-    notes = "; ".join(n for n in (dropped, "out of memory" if run.oom else "", "" if rep.log_valid else "test log rejected") if n)
-    return GradeResult(rep.resolved, reward, rep.f2p_passed, rep.f2p_total, rep.p2p_passed, rep.p2p_total,
-                       rep.statuses, False, "", time.monotonic() - start, True, notes)
+    notes = "; ".join(
+        n for n in (dropped, "out of memory" if run.oom else "", "" if rep.log_valid else "test log rejected") if n
+    )
+    return GradeResult(
+        rep.resolved,
+        reward,
+        rep.f2p_passed,
+        rep.f2p_total,
+        rep.p2p_passed,
+        rep.p2p_total,
+        rep.statuses,
+        False,
+        "",
+        time.monotonic() - start,
+        True,
+        notes,
+    )
 
 
 def _result(task: Task, start: float, notes: str = "", infra: str = "", applied: bool = True) -> GradeResult:
     report = {t: "MISSING" for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)}
-    return GradeResult(False, 0.0, 0, len(task.FAIL_TO_PASS), 0, len(task.PASS_TO_PASS), report,
-                       bool(infra), infra, time.monotonic() - start, applied and not infra, notes)
+    return GradeResult(
+        False,
+        0.0,
+        0,
+        len(task.FAIL_TO_PASS),
+        0,
+        len(task.PASS_TO_PASS),
+        report,
+        bool(infra),
+        infra,
+        time.monotonic() - start,
+        applied and not infra,
+        notes,
+    )
 
 
 def report_json(result: GradeResult) -> str:

@@ -29,12 +29,41 @@ MODULE = "m.py"
 TEST_MODULE = "test_m.py"
 # Plain-assert tests need none of pytest's doctest, junitxml, unittest, pdb, tmpdir or
 # step-wise plugins; leaving them unregistered makes each graded run about 20% faster.
-_UNUSED_PLUGINS = ("doctest", "junitxml", "pastebin", "legacypath", "tmpdir", "stepwise", "setuponly", "setupplan",
-                   "subtests", "unittest", "debugging")
-TEST_CMD = " ".join(["python -m pytest -rA -q -p no:cacheprovider", *(f"-p no:{p}" for p in _UNUSED_PLUGINS),
-                     "-o addopts= --tb=line"])
+_UNUSED_PLUGINS = (
+    "doctest",
+    "junitxml",
+    "pastebin",
+    "legacypath",
+    "tmpdir",
+    "stepwise",
+    "setuponly",
+    "setupplan",
+    "subtests",
+    "unittest",
+    "debugging",
+)
+TEST_CMD = " ".join(
+    ["python -m pytest -rA -q -p no:cacheprovider", *(f"-p no:{p}" for p in _UNUSED_PLUGINS), "-o addopts= --tb=line"]
+)
 LOG_PARSER = "parse_log_pytest"
-_NAMES = ["area", "clip", "diff", "step", "mix", "span", "pick", "gap", "tally", "shift", "score", "scale", "fold", "bump", "cap", "edge"]
+_NAMES = [
+    "area",
+    "clip",
+    "diff",
+    "step",
+    "mix",
+    "span",
+    "pick",
+    "gap",
+    "tally",
+    "shift",
+    "score",
+    "scale",
+    "fold",
+    "bump",
+    "cap",
+    "edge",
+]
 _CASES_PER_FUNCTION = 2
 _MAX_LINES = 16  # module size bound (lines): keeps the whole oracle episode near 150 tokens
 
@@ -45,6 +74,7 @@ def numbered(text: str, start: int = 1) -> str:
 
 
 # ---- program generation -------------------------------------------------------------
+
 
 def _int_body(rng: random.Random) -> list[str]:
     k = lambda lo=1, hi=6: str(rng.randint(lo, hi))  # noqa: E731 - small constants keep values small
@@ -170,6 +200,7 @@ def mutate_line(source: str, rng: random.Random) -> tuple[int, str] | None:
 
 # ---- validation and task assembly -----------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Case:
     test: str  # test function name
@@ -192,7 +223,7 @@ def run_module(source: str) -> dict | None:
     return namespace
 
 
-def _call(namespace: dict, case: "_Case") -> tuple[bool, object]:
+def _call(namespace: dict, case: _Case) -> tuple[bool, object]:
     try:
         return True, namespace[case.name](*case.args)
     except Exception as exc:  # the mutant may raise: that is a failing test, not an import error
@@ -218,7 +249,9 @@ def _make_cases(original: str, rng: random.Random) -> list[_Case] | None:
 
 def _test_file(cases: list[_Case]) -> str:
     names = ", ".join(dict.fromkeys(c.name for c in cases))
-    blocks = [f"from m import {names}\n"] + [f"\ndef {c.test}():\n    assert {c.call} == {c.expected!r}\n" for c in cases]
+    blocks = [f"from m import {names}\n"] + [
+        f"\ndef {c.test}():\n    assert {c.call} == {c.expected!r}\n" for c in cases
+    ]
     return "".join(blocks)
 
 
@@ -257,14 +290,29 @@ def make_micro_task(rng: random.Random, instance_id: str, split: Split = "train"
     got = actual if isinstance(actual, str) else repr(actual)
     statement = f"{MODULE}\n{numbered(buggy)}\n{first.call} expected {first.expected!r}, got {got}"
     failing_ids = {c.test for c, _ in failing}
-    meta = {"files": base, "bug": kind, "file": MODULE, "line": line, "fixed_line": original.splitlines()[line - 1],
-            "test_files": [TEST_MODULE]}
+    meta = {
+        "files": base,
+        "bug": kind,
+        "file": MODULE,
+        "line": line,
+        "fixed_line": original.splitlines()[line - 1],
+        "test_files": [TEST_MODULE],
+    }
     return Task(
-        instance_id=instance_id, repo="micro", version="1", base_commit=tree_hash({k: v.encode() for k, v in base.items()}),
-        problem_statement=statement, patch=unified_diff(_enc(base), _enc(fixed)), test_patch="",
+        instance_id=instance_id,
+        repo="micro",
+        version="1",
+        base_commit=tree_hash({k: v.encode() for k, v in base.items()}),
+        problem_statement=statement,
+        patch=unified_diff(_enc(base), _enc(fixed)),
+        test_patch="",
         FAIL_TO_PASS=tuple(f"{TEST_MODULE}::{c.test}" for c in cases if c.test in failing_ids),
         PASS_TO_PASS=tuple(f"{TEST_MODULE}::{c.test}" for c in cases if c.test not in failing_ids),
-        test_cmd=TEST_CMD, log_parser=LOG_PARSER, env_name="micro", split=split, snapshot_uri="",
+        test_cmd=TEST_CMD,
+        log_parser=LOG_PARSER,
+        env_name="micro",
+        split=split,
+        snapshot_uri="",
         metadata=json.dumps(meta),
     )
 

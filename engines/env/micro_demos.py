@@ -24,7 +24,6 @@ from engines.env.types import Task
 from engines.protocol import Action, render_action
 
 
-
 def local_statuses(task: Task, module_source: str) -> dict[str, str]:
     """Status of each of the task's tests on `module_source`, computed in-process."""
     ids = (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)
@@ -73,8 +72,10 @@ def feedback_messages(task: Task, max_attempts: int, wrong: list[tuple[int, str]
         source = "\n".join(lines[: line - 1] + [text] + lines[line:])
         observation = attempt_observation(local_statuses(task, source), attempt, max_attempts)
         edit = Action("edit", path=MODULE, line=line, body=text)
-        messages += [{"role": "assistant", "content": render_action(edit), "train": False},
-                     {"role": "tool", "content": observation}]
+        messages += [
+            {"role": "assistant", "content": render_action(edit), "train": False},
+            {"role": "tool", "content": observation},
+        ]
     fix = Action("edit", path=MODULE, line=task.meta()["line"], body=task.meta()["fixed_line"])
     messages.append({"role": "assistant", "content": render_action(fix)})
     return messages

@@ -14,10 +14,27 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 _ARITH = {ast.Add: "-", ast.Sub: "+", ast.Mult: "//", ast.FloorDiv: "*", ast.Mod: "//", ast.BitAnd: "|", ast.BitOr: "&"}
-_ARITH_SYM = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%", ast.BitAnd: "&", ast.BitOr: "|"}
-_CMP = {ast.Lt: ("<", ">="), ast.LtE: ("<=", ">"), ast.Gt: (">", "<="), ast.GtE: (">=", "<"), ast.Eq: ("==", "!="),
-        ast.NotEq: ("!=", "=="), ast.Is: ("is", "is not"), ast.IsNot: ("is not", "is"), ast.In: ("in", "not in"),
-        ast.NotIn: ("not in", "in")}
+_ARITH_SYM = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+    ast.BitAnd: "&",
+    ast.BitOr: "|",
+}
+_CMP = {
+    ast.Lt: ("<", ">="),
+    ast.LtE: ("<=", ">"),
+    ast.Gt: (">", "<="),
+    ast.GtE: (">=", "<"),
+    ast.Eq: ("==", "!="),
+    ast.NotEq: ("!=", "=="),
+    ast.Is: ("is", "is not"),
+    ast.IsNot: ("is not", "is"),
+    ast.In: ("in", "not in"),
+    ast.NotIn: ("not in", "in"),
+}
 _ATOMS = (ast.Name, ast.Call, ast.Attribute, ast.Subscript, ast.Constant)
 
 
@@ -66,34 +83,61 @@ def _node_mutations(node: ast.AST, data: bytes, off: list[int]) -> Iterator[Muta
         gap = text[end(node.left) : pos(node.right)]
         sym = _ARITH_SYM[type(node.op)]
         if gap.count(sym) == 1:
-            yield Mutation("operator", node.lineno, end(node.left), pos(node.right), gap.replace(sym, _ARITH[type(node.op)]))
+            yield Mutation(
+                "operator", node.lineno, end(node.left), pos(node.right), gap.replace(sym, _ARITH[type(node.op)])
+            )
         if isinstance(node.op, (ast.Sub, ast.FloorDiv, ast.Mod)):
-            yield Mutation("swapped_operands", node.lineno, pos(node), end(node), f"{seg(node.right)}{gap}{seg(node.left)}")
+            yield Mutation(
+                "swapped_operands", node.lineno, pos(node), end(node), f"{seg(node.right)}{gap}{seg(node.left)}"
+            )
     elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMP:
         gap = text[end(node.left) : pos(node.comparators[0])]
         old, new = _CMP[type(node.ops[0])]
         if gap.strip() == old:
             yield Mutation("comparison", node.lineno, end(node.left), pos(node.comparators[0]), gap.replace(old, new))
         if type(node.ops[0]) in (ast.Lt, ast.LtE, ast.Gt, ast.GtE):
-            yield Mutation("swapped_operands", node.lineno, pos(node), end(node), f"{seg(node.comparators[0])}{gap}{seg(node.left)}")
+            yield Mutation(
+                "swapped_operands",
+                node.lineno,
+                pos(node),
+                end(node),
+                f"{seg(node.comparators[0])}{gap}{seg(node.left)}",
+            )
     elif isinstance(node, ast.BoolOp) and len(node.values) >= 2:
         gap = text[end(node.values[0]) : pos(node.values[1])]
         old, new = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
         if gap.strip() == old:
-            yield Mutation("boolean_operator", node.values[0].end_lineno, end(node.values[0]), pos(node.values[1]), gap.replace(old, new))
+            yield Mutation(
+                "boolean_operator",
+                node.values[0].end_lineno,
+                end(node.values[0]),
+                pos(node.values[1]),
+                gap.replace(old, new),
+            )
     elif isinstance(node, ast.Constant) and type(node.value) is int and abs(node.value) < 10**6:
         yield Mutation("constant", node.lineno, pos(node), end(node), str(node.value + (1 if node.value <= 1 else -1)))
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         inner = seg(node.operand)
-        yield Mutation("removed_not", node.lineno, pos(node), end(node), inner if isinstance(node.operand, _ATOMS) else f"({inner})")
+        yield Mutation(
+            "removed_not",
+            node.lineno,
+            pos(node),
+            end(node),
+            inner if isinstance(node.operand, _ATOMS) else f"({inner})",
+        )
     if isinstance(node, (ast.If, ast.While)) and not isinstance(node.test, ast.UnaryOp):
         yield Mutation("inverted_condition", node.lineno, pos(node.test), end(node.test), f"not ({seg(node.test)})")
     for field in ("body", "orelse"):
         body = getattr(node, field, None)
         if isinstance(body, list) and len(body) > 1:
             for stmt in body:
-                if isinstance(stmt, (ast.Expr, ast.Assign, ast.AugAssign, ast.Return, ast.If)) and not _is_docstring(stmt):
-                    start, stop = off[stmt.lineno - 1], off[stmt.end_lineno] if stmt.end_lineno < len(off) else len(data)
+                if isinstance(stmt, (ast.Expr, ast.Assign, ast.AugAssign, ast.Return, ast.If)) and not _is_docstring(
+                    stmt
+                ):
+                    start, stop = (
+                        off[stmt.lineno - 1],
+                        off[stmt.end_lineno] if stmt.end_lineno < len(off) else len(data),
+                    )
                     if text[start : pos(stmt)].strip() == "" and text[end(stmt) : stop].strip() == "":
                         yield Mutation("removed_statement", stmt.lineno, start, stop, "")
 

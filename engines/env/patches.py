@@ -21,8 +21,18 @@ from dataclasses import dataclass
 from engines.env.patch_paths import Touched, git_touched
 
 _DENIED_NAMES = {
-    "conftest.py", "setup.py", "setup.cfg", "pyproject.toml", "tox.ini", "pytest.ini", "noxfile.py",
-    ".coveragerc", "manifest.in", "sitecustomize.py", "usercustomize.py", "__init__.pyi",
+    "conftest.py",
+    "setup.py",
+    "setup.cfg",
+    "pyproject.toml",
+    "tox.ini",
+    "pytest.ini",
+    "noxfile.py",
+    ".coveragerc",
+    "manifest.in",
+    "sitecustomize.py",
+    "usercustomize.py",
+    "__init__.pyi",
 }
 _TEST_DIRS = {"test", "tests", "testing"}
 
@@ -98,7 +108,8 @@ def split_sections(patch: str) -> list[str]:
     lines = patch.splitlines(keepends=True)
     git_style = any(line.startswith("diff --git ") for line in lines)
     starts = [
-        i for i, line in enumerate(lines)
+        i
+        for i, line in enumerate(lines)
         if line.startswith("diff --git ")
         or (not git_style and line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "))
     ]

@@ -95,7 +95,13 @@ def run(request: dict, keep: tuple[int, int]) -> dict:
     _empty("/tmp")
     _empty("/dev/shm")
     output, truncated = kept.text()
-    return {"nonce": request["nonce"], "exit_code": exit_code, "output": output, "truncated": truncated, "timed_out": timed_out}
+    return {
+        "nonce": request["nonce"],
+        "exit_code": exit_code,
+        "output": output,
+        "truncated": truncated,
+        "timed_out": timed_out,
+    }
 
 
 def _child(request: dict, out_fd: int, keep: tuple[int, int]) -> None:
@@ -120,7 +126,7 @@ def _child(request: dict, out_fd: int, keep: tuple[int, int]) -> None:
         code = int(pytest.main(request["args"]))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001 - reported in the log like an interpreter would
+    except BaseException:
         traceback.print_exc()
         code = 1
     finally:

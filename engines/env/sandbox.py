@@ -89,8 +89,17 @@ class BwrapRunner:
     def argv(self, repo: Path, status_fd: int | None = None, read_only: dict[str, str] | None = None) -> list[str]:
         """bubblewrap's arguments up to the command: `repo` read-write at SANDBOX_REPO,
         `read_only` host paths bound read-only at the given sandbox paths."""
-        args = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-                "--clearenv", "--hostname", "sandbox"]
+        args = [
+            self.bwrap,
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--clearenv",
+            "--hostname",
+            "sandbox",
+        ]
         if status_fd is not None:
             args += ["--json-status-fd", str(status_fd)]
         for d in _SYSTEM_DIRS:
@@ -124,8 +133,15 @@ class BwrapRunner:
         finally:
             os.close(read_fd)
         if "child-pid" not in status and not result.timed_out:
-            return RunResult(None, result.output, False, result.truncated, result.duration_s, started=False,
-                             infra_message=f"bubblewrap failed to start the sandbox: {result.output.strip()[-500:]}")
+            return RunResult(
+                None,
+                result.output,
+                False,
+                result.truncated,
+                result.duration_s,
+                started=False,
+                infra_message=f"bubblewrap failed to start the sandbox: {result.output.strip()[-500:]}",
+            )
         if "exit-code" in status and result.exit_code is not None:
             result = replace(result, exit_code=int(status["exit-code"]))
         return result
@@ -141,8 +157,14 @@ class UnsandboxedRunner:
         return _run_capped(["/bin/sh", "-c", command], env, self.config, cwd=str(repo))
 
 
-def _run_capped(argv: list[str], env: dict[str, str] | None, config: EnvConfig,
-                cwd: str | None = None, pass_fds: tuple[int, ...] = (), close_after_start: int | None = None) -> RunResult:
+def _run_capped(
+    argv: list[str],
+    env: dict[str, str] | None,
+    config: EnvConfig,
+    cwd: str | None = None,
+    pass_fds: tuple[int, ...] = (),
+    close_after_start: int | None = None,
+) -> RunResult:
     """Start `argv` inside fresh cgroups with rlimits; collect capped output; enforce the wall clock."""
     limits = config.limits
     caps = make_caps(config)
@@ -150,9 +172,16 @@ def _run_capped(argv: list[str], env: dict[str, str] | None, config: EnvConfig,
     wrapped = capped_argv(argv, limits, caps)
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=env if env is not None else {"PATH": "/usr/bin:/bin"}, cwd=cwd,
-                                start_new_session=True, pass_fds=pass_fds)
+        proc = subprocess.Popen(
+            wrapped,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env if env is not None else {"PATH": "/usr/bin:/bin"},
+            cwd=cwd,
+            start_new_session=True,
+            pass_fds=pass_fds,
+        )
     except OSError as exc:
         if caps:
             caps.remove()

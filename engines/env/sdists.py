@@ -32,13 +32,15 @@ class SdistPin:
         return f"{self.name}=={self.version}"
 
     @classmethod
-    def parse(cls, text: str) -> "SdistPin":
+    def parse(cls, text: str) -> SdistPin:
         """'name' (a default pin) or 'name==version:sha256'."""
         if "==" not in text:
             for pin in DEFAULT_PINS:
                 if pin.name == text:
                     return pin
-            raise BuildError(f"no default pin for {text!r}; give 'name==version:sha256' (defaults: {[p.name for p in DEFAULT_PINS]})")
+            raise BuildError(
+                f"no default pin for {text!r}; give 'name==version:sha256' (defaults: {[p.name for p in DEFAULT_PINS]})"
+            )
         name, _, rest = text.partition("==")
         version, _, sha = rest.partition(":")
         if len(sha) != 64:
@@ -73,14 +75,30 @@ def fetch_sdist(pin: SdistPin, cache: Path | None = None) -> Path:
         if _sha256(path) == pin.sha256:
             return path
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:", "-d", tmp, pin.spec]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "-d",
+            tmp,
+            pin.spec,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         files = list(Path(tmp).iterdir())
         if proc.returncode != 0 or len(files) != 1:
-            raise BuildError(f"{pin.spec}: pip download failed ({proc.stderr.strip()[-300:]}); check the name and version on PyPI")
+            raise BuildError(
+                f"{pin.spec}: pip download failed ({proc.stderr.strip()[-300:]}); check the name and version on PyPI"
+            )
         digest = _sha256(files[0])
         if digest != pin.sha256:
-            raise BuildError(f"{pin.spec}: sha256 {digest} does not match the pin {pin.sha256}; update the pin only if you trust the new file")
+            raise BuildError(
+                f"{pin.spec}: sha256 {digest} does not match the pin {pin.sha256}; update the pin only if you trust the new file"
+            )
         dest = cache / files[0].name
         shutil.move(files[0], dest)
         return dest

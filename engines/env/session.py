@@ -33,6 +33,7 @@ from engines.protocol import Action, InvalidAction, parse_action
 
 _VIEW_LINES = 60  # lines shown by a bare `view PATH`
 
+
 class TestsUnavailable(RuntimeError):
     """The harness could not run the tests (not the model's fault)."""
 
@@ -50,7 +51,7 @@ class EnvSession:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, task: Task, config: EnvConfig, tester: Tester | None = None) -> "EnvSession":
+    def open(cls, task: Task, config: EnvConfig, tester: Tester | None = None) -> EnvSession:
         return cls(task, config, Workspace.for_task(task, Path(config.scratch_dir) / "sessions"), tester)
 
     def prompt(self) -> str:
@@ -79,7 +80,7 @@ class EnvSession:
     def close(self) -> None:
         self.workspace.destroy()
 
-    def __enter__(self) -> "EnvSession":
+    def __enter__(self) -> EnvSession:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -148,7 +149,9 @@ class EnvSession:
         if not passed:
             saved[0].write_bytes(saved[1])
         self.done = passed or self.attempts >= self.config.edit_attempts
-        return StepResult(self._clip(attempt_observation(statuses, self.attempts, self.config.edit_attempts)), self.done)
+        return StepResult(
+            self._clip(attempt_observation(statuses, self.attempts, self.config.edit_attempts)), self.done
+        )
 
     def _statuses(self) -> dict[str, str] | None:
         """Per-test status of the current tree; None when the run timed out.
@@ -204,4 +207,3 @@ class EnvSession:
     def _clip(self, text: str) -> str:
         limit = self.config.observation_chars
         return text if len(text) <= limit else text[: limit - 20] + "\n[... truncated]"
-

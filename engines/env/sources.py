@@ -21,8 +21,21 @@ from engines.env.errors import BuildError
 from engines.env.sdists import SdistPin
 from engines.env.workspace import read_tree, tree_hash
 
-_NOT_COPIED = (".git", ".hg", ".venv", "venv", ".tox", ".nox", "__pycache__", "*.pyc", "*.egg-info", "build", "dist",
-               ".pytest_cache", ".mypy_cache")
+_NOT_COPIED = (
+    ".git",
+    ".hg",
+    ".venv",
+    "venv",
+    ".tox",
+    ".nox",
+    "__pycache__",
+    "*.pyc",
+    "*.egg-info",
+    "build",
+    "dist",
+    ".pytest_cache",
+    ".mypy_cache",
+)
 
 
 @dataclass(frozen=True)
@@ -37,7 +50,7 @@ class LocalProject:
         return str(self.path)
 
     @classmethod
-    def at(cls, path: str | Path) -> "LocalProject":
+    def at(cls, path: str | Path) -> LocalProject:
         root = Path(path).resolve()
         digest = tree_hash(read_tree(root))
         return cls(root, root.name, f"local-{digest[:8]}", digest)
@@ -56,6 +69,8 @@ def project_source(spec: str) -> ProjectSource:
     """A local folder when `spec` names one, else a pinned sdist (errors say how to write either)."""
     if os.sep in spec or spec.startswith("."):
         if not os.path.isdir(spec):
-            raise BuildError(f"project {spec!r}: no such folder; give a project folder, a default pin name or 'name==version:sha256'")
+            raise BuildError(
+                f"project {spec!r}: no such folder; give a project folder, a default pin name or 'name==version:sha256'"
+            )
         return LocalProject.at(spec)
     return SdistPin.parse(spec)

@@ -28,8 +28,9 @@ from engines.env.sources import project_source
 from engines.env.types import Task
 
 
-def import_records(path: str | Path, out: str | Path, sources: dict[str, str], split: str = "train",
-                   python: str | None = None) -> list[Task]:
+def import_records(
+    path: str | Path, out: str | Path, sources: dict[str, str], split: str = "train", python: str | None = None
+) -> list[Task]:
     """Tasks of the JSONL file `path`, snapshots materialised under `out/snapshots/`."""
     import sys
 
@@ -61,8 +62,10 @@ def _materialise(record: dict, sources: dict[str, str], snapshots: Path, where: 
     repo, commit = record.get("repo") or "", record.get("base_commit") or ""
     spec = sources.get(repo)
     if spec is None:
-        raise TaskError(f"{where} (instance {record.get('instance_id')}): no source for repository {repo!r}; "
-                        f"give one with --repo {repo}=PATH_TO_GIT_CLONE or --repo {repo}=NAME==VERSION:SHA256")
+        raise TaskError(
+            f"{where} (instance {record.get('instance_id')}): no source for repository {repo!r}; "
+            f"give one with --repo {repo}=PATH_TO_GIT_CLONE or --repo {repo}=NAME==VERSION:SHA256"
+        )
     name = repo.rsplit("/", 1)[-1]
     if (Path(spec) / ".git").exists():
         if not commit:
@@ -78,10 +81,14 @@ def _materialise(record: dict, sources: dict[str, str], snapshots: Path, where: 
 
 def _git_archive(clone: Path, commit: str, dest: Path, where: str) -> None:
     """The tree of `commit` (no .git, no untracked files), written to a temp folder then renamed."""
-    proc = subprocess.run(["git", "-C", str(clone), "archive", "--format=tar", commit], capture_output=True, timeout=600)
+    proc = subprocess.run(
+        ["git", "-C", str(clone), "archive", "--format=tar", commit], capture_output=True, timeout=600
+    )
     if proc.returncode != 0:
-        raise TaskError(f"{where}: {clone} has no commit {commit} ({proc.stderr.decode(errors='replace').strip()}); "
-                        "fetch it into the clone first")
+        raise TaskError(
+            f"{where}: {clone} has no commit {commit} ({proc.stderr.decode(errors='replace').strip()}); "
+            "fetch it into the clone first"
+        )
     tmp = dest.with_name(dest.name + ".partial")
     tmp.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as archive:

@@ -43,7 +43,7 @@ class Task:
         return row
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "Task":
+    def from_row(cls, row: dict[str, Any]) -> Task:
         names = {f.name for f in fields(cls)}
         missing = sorted(n for n in names - {"metadata"} if row.get(n) is None and n not in ("test_patch",))
         ident = row.get("instance_id", "<no instance_id>")

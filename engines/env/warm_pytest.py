@@ -75,8 +75,15 @@ class WarmPytest:
             result = self._run_once(args)
         if result is None:
             self.close()
-            return RunResult(None, "", False, False, 0.0, started=False,
-                             infra_message="the warm pytest sandbox answered out of turn twice")
+            return RunResult(
+                None,
+                "",
+                False,
+                False,
+                0.0,
+                started=False,
+                infra_message="the warm pytest sandbox answered out of turn twice",
+            )
         return result
 
     def _run_once(self, args: list[str]) -> RunResult | None:
@@ -90,8 +97,13 @@ class WarmPytest:
         limits = self.config.limits
         oom_before = self._caps.oom_events() if self._caps else 0
         nonce = secrets.token_hex(16)
-        request = {"nonce": nonce, "args": args, "cpu_s": limits.cpu_seconds, "timeout_s": limits.wall_timeout_s,
-                   "output_bytes": limits.output_bytes}
+        request = {
+            "nonce": nonce,
+            "args": args,
+            "cpu_s": limits.cpu_seconds,
+            "timeout_s": limits.wall_timeout_s,
+            "output_bytes": limits.output_bytes,
+        }
         try:
             self._proc.stdin.write((json.dumps(request) + "\n").encode())
             self._proc.stdin.flush()
@@ -109,8 +121,14 @@ class WarmPytest:
             return None
         if not isinstance(reply, dict) or reply.get("nonce") != nonce:
             return None
-        return RunResult(reply["exit_code"], reply["output"], reply["timed_out"], reply["truncated"],
-                         time.monotonic() - start, oom=oom)
+        return RunResult(
+            reply["exit_code"],
+            reply["output"],
+            reply["timed_out"],
+            reply["truncated"],
+            time.monotonic() - start,
+            oom=oom,
+        )
 
     def close(self) -> None:
         """Stop the sandbox and everything in it. Safe to call twice."""
@@ -148,10 +166,15 @@ class WarmPytest:
         argv = self.runner.argv(self.repo, read_only={str(SERVER_SCRIPT): _SERVER_IN_SANDBOX})
         argv += ["--as-pid-1", self.config.python, _SERVER_IN_SANDBOX]
         # No CPU rlimit on the server, which lives for many runs; each run's child takes its own.
-        self._stderr = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen(capped_argv(argv, limits, self._caps, cpu_limit=False), stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=self._stderr, env={"PATH": "/usr/bin:/bin"},
-                                      start_new_session=True)
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
+        self._proc = subprocess.Popen(
+            capped_argv(argv, limits, self._caps, cpu_limit=False),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env={"PATH": "/usr/bin:/bin"},
+            start_new_session=True,
+        )
         self.starts += 1
         ready = self._read_line(time.monotonic() + _START_TIMEOUT_S)
         if ready is not None and json.loads(ready).get("ready"):

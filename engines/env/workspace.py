@@ -65,7 +65,9 @@ def base_files(task: Task) -> Files:
     if task.snapshot_uri:
         root = Path(task.snapshot_uri.removeprefix("file://"))
         if not root.is_dir():
-            raise TaskError(f"task {task.instance_id}: snapshot {task.snapshot_uri} is not a directory; rebuild or re-import the corpus")
+            raise TaskError(
+                f"task {task.instance_id}: snapshot {task.snapshot_uri} is not a directory; rebuild or re-import the corpus"
+            )
         files = read_tree(root)
     elif "files" in meta:
         files = {rel: text.encode() for rel, text in meta["files"].items()}
@@ -113,8 +115,9 @@ def git_apply(root: Path, patch: str) -> str:
     for args in (["git", "apply", "--whitespace=nowarn"], ["git", "apply", "--whitespace=nowarn", "--recount", "-C1"]):
         # No timeout: git apply on bounded input ends, and a timeout makes Python poll
         # for the exit with sleeps of up to 50 ms (30 ms per grade measured).
-        proc = subprocess.run([*args, "-"], input=patch.encode("utf-8", "surrogateescape"), cwd=root, env=env,
-                              capture_output=True)
+        proc = subprocess.run(
+            [*args, "-"], input=patch.encode("utf-8", "surrogateescape"), cwd=root, env=env, capture_output=True
+        )
         if proc.returncode == 0:
             return ""
     return proc.stderr.decode(errors="replace").strip()[-500:] or "git apply failed"
@@ -137,8 +140,15 @@ def unified_diff(base: Files, current: Files) -> str:
             header.append("new file mode 100644\n")
         elif new is None:
             header.append("deleted file mode 100644\n")
-        body = list(difflib.unified_diff(old_lines, new_lines, "/dev/null" if old is None else f"a/{rel}",
-                                         "/dev/null" if new is None else f"b/{rel}", n=3))
+        body = list(
+            difflib.unified_diff(
+                old_lines,
+                new_lines,
+                "/dev/null" if old is None else f"a/{rel}",
+                "/dev/null" if new is None else f"b/{rel}",
+                n=3,
+            )
+        )
         for i, line in enumerate(body):
             if not line.endswith("\n"):
                 body[i] = line + "\n\\ No newline at end of file\n"
@@ -161,8 +171,11 @@ class Workspace:
         across resets. The interpreter checks each against its source's hash, so a
         patched module is compiled afresh; reset() restores them byte for byte, so a
         run cannot leave bytecode behind for the next."""
-        subprocess.run([python, "-m", "compileall", "-q", "--invalidation-mode", "checked-hash", str(self.root)],
-                       capture_output=True, check=False)
+        subprocess.run(
+            [python, "-m", "compileall", "-q", "--invalidation-mode", "checked-hash", str(self.root)],
+            capture_output=True,
+            check=False,
+        )
         self.kept = {}
         for dirpath, _, filenames in os.walk(self.root):
             if os.path.basename(dirpath) == "__pycache__":
@@ -172,7 +185,7 @@ class Workspace:
                         self.kept[os.path.relpath(path, self.root)] = f.read()
 
     @classmethod
-    def for_task(cls, task: Task, parent: str | Path) -> "Workspace":
+    def for_task(cls, task: Task, parent: str | Path) -> Workspace:
         Path(parent).mkdir(parents=True, exist_ok=True)
         return cls(Path(tempfile.mkdtemp(prefix="ws-", dir=parent)), base_files(task))
 

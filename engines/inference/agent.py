@@ -40,7 +40,7 @@ from transformers import PreTrainedTokenizerBase
 from engines.inference.client import RequestRejected, ServerUnavailable
 from engines.inference.config import InferenceConfig
 from engines.inference.server_pool import ServerPool
-from engines.inference.types import EpisodeEnv, Episode, FinishReason, SamplingParams
+from engines.inference.types import Episode, EpisodeEnv, FinishReason, SamplingParams
 from engines.protocol import ASSISTANT, END, TOOL, USER
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,9 @@ class AgentLoop:
         return list(await asyncio.gather(*(one(r) for r in requests)))
 
     async def run_episode(self, req: EpisodeRequest) -> Episode:
-        ep = Episode(task_id=req.task_id, group_id=req.group_id, sample_index=req.sample_index, started_at=datetime.now(UTC))
+        ep = Episode(
+            task_id=req.task_id, group_id=req.group_id, sample_index=req.sample_index, started_at=datetime.now(UTC)
+        )
         session = f"{req.task_id}/{req.group_id}/{req.sample_index}/{uuid.uuid4().hex[:8]}"
         env: EpisodeEnv | None = None
         routes: list[np.ndarray] = []
@@ -108,13 +110,17 @@ class AgentLoop:
         except RequestRejected as err:
             self._fail(ep, f"episode {session}: {err}", infra=False)
         except Exception as err:  # the environment failed: mark, never drop
-            self._fail(ep, f"episode {session}: environment error: {err!r}\n{traceback.format_exc(limit=5)}", infra=True)
+            self._fail(
+                ep, f"episode {session}: environment error: {err!r}\n{traceback.format_exc(limit=5)}", infra=True
+            )
         finally:
             self.pool.release_session(session)
             await self._finish(ep, env, routes)
         return ep
 
-    async def _turns(self, ep: Episode, env: EpisodeEnv, req: EpisodeRequest, session: str, routes: list[np.ndarray]) -> FinishReason:
+    async def _turns(
+        self, ep: Episode, env: EpisodeEnv, req: EpisodeRequest, session: str, routes: list[np.ndarray]
+    ) -> FinishReason:
         problem = await asyncio.to_thread(env.prompt)
         ep.prompt_ids = self.encode(USER + problem + END + ASSISTANT)
         if len(ep.prompt_ids) >= self.limits.max_total_tokens:

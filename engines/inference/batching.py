@@ -71,7 +71,9 @@ class RequestCoalescer:
     `retries`: the client's own re-sends of a batch (the pool re-sends itself: 0).
     """
 
-    def __init__(self, client: CompletionClient, window_s: float, max_prompts: int = VLLM_MAX_PROMPTS, retries: int = 0) -> None:
+    def __init__(
+        self, client: CompletionClient, window_s: float, max_prompts: int = VLLM_MAX_PROMPTS, retries: int = 0
+    ) -> None:
         self.client = client
         self.window_s = window_s
         self.max_prompts = max(1, min(max_prompts, VLLM_MAX_PROMPTS))
@@ -91,7 +93,9 @@ class RequestCoalescer:
     ) -> Completion:
         """Like `CompletionClient.complete`, sent alone or within a batch."""
         if self.window_s <= 0:
-            return await self.client.complete(url, prompt_ids, params, weight_version, routed_experts_start, session_id, self.retries)
+            return await self.client.complete(
+                url, prompt_ids, params, weight_version, routed_experts_start, session_id, self.retries
+            )
         key = BatchKey(url, weight_version, params, routed_experts_start)
         loop = asyncio.get_running_loop()
         group = self._open.get(key)
@@ -130,7 +134,12 @@ class RequestCoalescer:
                 self.batches_sent += 1
                 try:
                     results = await self.client.complete_many(
-                        key.url, [m.prompt_ids for m in live], key.params, key.weight_version, key.routed_experts_start, self.retries
+                        key.url,
+                        [m.prompt_ids for m in live],
+                        key.params,
+                        key.weight_version,
+                        key.routed_experts_start,
+                        self.retries,
                     )
                 except RequestRejected:
                     await asyncio.gather(*(self._send(key, [m]) for m in live))
@@ -139,7 +148,11 @@ class RequestCoalescer:
                 if not m.future.done():
                     m.future.set_result(result)
         except BaseException as err:
-            error = err if isinstance(err, Exception) else ServerUnavailable(f"request to {key.url} cancelled: the pool is closing")
+            error = (
+                err
+                if isinstance(err, Exception)
+                else ServerUnavailable(f"request to {key.url} cancelled: the pool is closing")
+            )
             for m in live:
                 if not m.future.done():
                     m.future.set_exception(error)

@@ -29,7 +29,9 @@ class RequestRejected(ValueError):
     """The server refused the request itself (HTTP 4xx): bad input, not retried."""
 
 
-def completion_body(model: str, prompt_ids: list[int], params: SamplingParams, routed_experts_start: int | None) -> dict[str, Any]:
+def completion_body(
+    model: str, prompt_ids: list[int], params: SamplingParams, routed_experts_start: int | None
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
         "prompt": prompt_ids,
@@ -156,6 +158,8 @@ class CompletionClient:
                 last = RuntimeError(f"HTTP {response.status_code}: {response.text[:300]}")
                 continue
             if response.status_code >= 400:
-                raise RequestRejected(f"server {url} rejected {what}: HTTP {response.status_code}: {response.text[:500]}")
+                raise RequestRejected(
+                    f"server {url} rejected {what}: HTTP {response.status_code}: {response.text[:500]}"
+                )
             return response.json()
         raise ServerUnavailable(f"server {url} unavailable after {attempts} attempt(s): {type(last).__name__}: {last}")

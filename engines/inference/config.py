@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # KV connectors registered by vLLM 0.32 (vllm/distributed/kv_transfer/kv_connector/factory.py)
 # that move KV blocks from a prefill server to a decode server.
-KvConnector = Literal["NixlConnector", "NixlPullConnector", "NixlPushConnector", "LMCacheConnectorV1", "MooncakeConnector"]
+KvConnector = Literal[
+    "NixlConnector", "NixlPullConnector", "NixlPushConnector", "LMCacheConnectorV1", "MooncakeConnector"
+]
 
 
 class SamplingConfig(BaseModel):
@@ -24,8 +26,12 @@ class SamplingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    temperature: float = Field(1.0, ge=0.0, description="Softmax temperature. 1.0 samples the policy itself, as RL needs.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass. 1.0 keeps the full distribution (unbiased logprobs).")
+    temperature: float = Field(
+        1.0, ge=0.0, description="Softmax temperature. 1.0 samples the policy itself, as RL needs."
+    )
+    top_p: float = Field(
+        1.0, gt=0.0, le=1.0, description="Nucleus mass. 1.0 keeps the full distribution (unbiased logprobs)."
+    )
     max_tokens_per_turn: int = Field(256, ge=1, description="Most tokens the model may generate in one turn.")
     seed: int | None = Field(
         None,
@@ -41,10 +47,20 @@ class EpisodeLimits(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_turns: int = Field(8, ge=1, description="Most model turns per episode.")
-    max_total_tokens: int = Field(1024, ge=2, description="Most tokens in the whole conversation (prompt + completions + observations); at most the server's context.")
-    wall_seconds: float = Field(300.0, gt=0, description="Wall-clock limit of one episode in seconds, environment steps included.")
+    max_total_tokens: int = Field(
+        1024,
+        ge=2,
+        description="Most tokens in the whole conversation (prompt + completions + observations); at most the server's context.",
+    )
+    wall_seconds: float = Field(
+        300.0, gt=0, description="Wall-clock limit of one episode in seconds, environment steps included."
+    )
     max_concurrent_episodes: int = Field(16, ge=1, description="Episodes in flight at once across the pool.")
-    max_observation_tokens: int = Field(256, ge=8, description="Observations longer than this are cut (keeping the head) so one tool output cannot fill the context.")
+    max_observation_tokens: int = Field(
+        256,
+        ge=8,
+        description="Observations longer than this are cut (keeping the head) so one tool output cannot fill the context.",
+    )
 
 
 class DisaggregationConfig(BaseModel):
@@ -56,7 +72,9 @@ class DisaggregationConfig(BaseModel):
 
     num_prefill_servers: int = Field(1, ge=1, description="Local servers started as KV producers (prefill).")
     num_decode_servers: int = Field(1, ge=1, description="Local servers started as KV consumers (decode).")
-    kv_connector: KvConnector = Field("NixlConnector", description="vLLM KV connector that moves KV blocks between them.")
+    kv_connector: KvConnector = Field(
+        "NixlConnector", description="vLLM KV connector that moves KV blocks between them."
+    )
 
 
 class ClusterOptions(BaseModel):
@@ -70,13 +88,19 @@ class ClusterOptions(BaseModel):
         "'checkpoint' serves an FP8 checkpoint as saved. Needs FP8 kernels (GPU build).",
     )
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs each server shards one model over (tensor parallel).")
-    data_parallel_size: int = Field(1, ge=1, description="Engine replicas inside each server (vLLM data parallel), used with expert parallel.")
-    expert_parallel: bool = Field(False, description="Spread experts over the tensor/data parallel ranks (--enable-expert-parallel).")
+    data_parallel_size: int = Field(
+        1, ge=1, description="Engine replicas inside each server (vLLM data parallel), used with expert parallel."
+    )
+    expert_parallel: bool = Field(
+        False, description="Spread experts over the tensor/data parallel ranks (--enable-expert-parallel)."
+    )
     routed_expert_capture: bool = Field(
         False,
         description="Return the experts each token was routed to, [tokens, layers, top_k], for router replay in the trainer. Needs the GPU build.",
     )
-    disaggregation: DisaggregationConfig | None = Field(None, description="Prefill/decode disaggregation; None serves both phases on every server.")
+    disaggregation: DisaggregationConfig | None = Field(
+        None, description="Prefill/decode disaggregation; None serves both phases on every server."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ClusterOptions:
@@ -93,16 +117,31 @@ class InferenceConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model_dir: str = Field(..., description="Hugging Face causal-LM directory (config.json, safetensors, tokenizer) the servers load.")
-    server_urls: list[str] = Field(default_factory=list, description="Servers already running (e.g. http://host:8000). Empty: start num_servers local servers.")
-    num_servers: int = Field(1, ge=1, description="Local servers to start when server_urls is empty (data parallel across processes).")
+    model_dir: str = Field(
+        ..., description="Hugging Face causal-LM directory (config.json, safetensors, tokenizer) the servers load."
+    )
+    server_urls: list[str] = Field(
+        default_factory=list,
+        description="Servers already running (e.g. http://host:8000). Empty: start num_servers local servers.",
+    )
+    num_servers: int = Field(
+        1, ge=1, description="Local servers to start when server_urls is empty (data parallel across processes)."
+    )
     host: str = Field("127.0.0.1", description="Interface local servers listen on.")
-    base_port: int = Field(0, ge=0, le=65535, description="First port of local servers (then +1 each); 0 picks free ports.")
+    base_port: int = Field(
+        0, ge=0, le=65535, description="First port of local servers (then +1 each); 0 picks free ports."
+    )
     served_model_name: str = Field("policy", description="Model name the servers answer to.")
     max_model_len: int = Field(1024, ge=16, description="Context length of each server in tokens (prompt + all turns).")
-    kv_cache_gb: float = Field(1.0, gt=0, description="KV cache per server in GB (VLLM_CPU_KVCACHE_SPACE on CPU; on GPU it sets --kv-cache-memory-bytes).")
+    kv_cache_gb: float = Field(
+        1.0,
+        gt=0,
+        description="KV cache per server in GB (VLLM_CPU_KVCACHE_SPACE on CPU; on GPU it sets --kv-cache-memory-bytes).",
+    )
     max_num_seqs: int = Field(32, ge=1, description="Sequences one server batches at once (--max-num-seqs).")
-    concurrency_per_server: int = Field(32, ge=1, description="Requests the pool keeps in flight per server; more wait in the pool.")
+    concurrency_per_server: int = Field(
+        32, ge=1, description="Requests the pool keeps in flight per server; more wait in the pool."
+    )
     coalesce_window_ms: float = Field(
         5.0,
         ge=0,
@@ -119,11 +158,17 @@ class InferenceConfig(BaseModel):
     )
     enforce_eager: bool = Field(True, description="Skip CUDA graphs / compilation: fast start, needed on small CPUs.")
     server_threads: int = Field(1, ge=1, description="OpenMP threads per local CPU server (OMP_NUM_THREADS).")
-    startup_timeout_s: float = Field(300.0, gt=0, description="Deadline for a local server to become healthy, in seconds.")
-    request_timeout_s: float = Field(600.0, gt=0, description="Deadline of one completion request in seconds (covers waiting in a paused server).")
+    startup_timeout_s: float = Field(
+        300.0, gt=0, description="Deadline for a local server to become healthy, in seconds."
+    )
+    request_timeout_s: float = Field(
+        600.0, gt=0, description="Deadline of one completion request in seconds (covers waiting in a paused server)."
+    )
     connect_timeout_s: float = Field(5.0, gt=0, description="Deadline to open a connection to a server in seconds.")
     max_retries: int = Field(2, ge=0, description="Re-sends of a request after a connection failure or a dead server.")
-    max_restarts: int = Field(3, ge=0, description="Restarts of one local server that died before the pool gives up on it.")
+    max_restarts: int = Field(
+        3, ge=0, description="Restarts of one local server that died before the pool gives up on it."
+    )
     weight_update: Literal["auto", "reload", "restart"] = Field(
         "auto",
         description="How servers take new weights. 'reload': pause, reload in place, resume (well under a second for the "
@@ -137,10 +182,14 @@ class InferenceConfig(BaseModel):
         "by URL must be started with --worker-extension-cls tandem_vllm_extension.ExactReloadExtension and that folder "
         "on their PYTHONPATH. False: vLLM's plain reload_weights (exact on GPU builds, wrong for MoE on the CPU build).",
     )
-    verify_checksums: bool = Field(True, description="After a weight update, check that every server reports identical weight checksums.")
+    verify_checksums: bool = Field(
+        True, description="After a weight update, check that every server reports identical weight checksums."
+    )
     log_dir: str | None = Field(None, description="Directory for server logs; None: a temporary directory.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Default sampling of a model turn.")
-    limits: EpisodeLimits = Field(default_factory=EpisodeLimits, description="Turn, token and time limits of an episode.")
+    limits: EpisodeLimits = Field(
+        default_factory=EpisodeLimits, description="Turn, token and time limits of an episode."
+    )
     cluster: ClusterOptions = Field(default_factory=ClusterOptions, description="GPU-cluster options passed to vLLM.")
 
     @model_validator(mode="after")
@@ -160,7 +209,9 @@ class InferenceConfig(BaseModel):
         if self.server_urls and self.weight_update == "restart":
             raise ValueError("weight_update='restart' restarts local servers: leave server_urls empty or use 'reload'")
         if self.server_urls and self.cluster.disaggregation is not None:
-            raise ValueError("cluster.disaggregation starts its own prefill and decode servers: leave server_urls empty")
+            raise ValueError(
+                "cluster.disaggregation starts its own prefill and decode servers: leave server_urls empty"
+            )
         return self
 
     @property
@@ -173,10 +224,16 @@ class InferenceConfig(BaseModel):
         path = Path(self.model_dir)
         config = path / "config.json"
         if not config.is_file():
-            raise FileNotFoundError(f"model_dir {path}: no config.json; point model_dir at a Hugging Face model directory")
+            raise FileNotFoundError(
+                f"model_dir {path}: no config.json; point model_dir at a Hugging Face model directory"
+            )
         archs = json.loads(config.read_text()).get("architectures") or []
         if not any(a.endswith("ForCausalLM") for a in archs):
-            raise ValueError(f"model_dir {path}: architectures {archs} has no *ForCausalLM; the servers need a causal LM")
+            raise ValueError(
+                f"model_dir {path}: architectures {archs} has no *ForCausalLM; the servers need a causal LM"
+            )
         if not any(path.glob("*.safetensors")):
-            raise FileNotFoundError(f"model_dir {path}: no *.safetensors weights; save the model with safe_serialization=True")
+            raise FileNotFoundError(
+                f"model_dir {path}: no *.safetensors weights; save the model with safe_serialization=True"
+            )
         return path

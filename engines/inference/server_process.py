@@ -60,7 +60,12 @@ class LocalServer:
             # start_new_session: own process group, so stop() reaches the engine workers too;
             # exit_with_parent: a killed run leaves no server behind.
             self.process = subprocess.Popen(
-                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                self.argv,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
                 preexec_fn=functools.partial(exit_with_parent, os.getpid()),
             )
 

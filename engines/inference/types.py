@@ -58,7 +58,9 @@ class Completion:
     finish_reason: str  # vLLM's: "stop" (eos / stop id) or "length"
     weight_version: int  # version the serving weights had when the request was sent (oldest that produced a token)
     server_url: str
-    routed_experts: np.ndarray | None = None  # [positions, layers, top_k] from routed_experts_prompt_start on, when enabled
+    routed_experts: np.ndarray | None = (
+        None  # [positions, layers, top_k] from routed_experts_prompt_start on, when enabled
+    )
 
 
 @dataclass

@@ -43,7 +43,7 @@ def tensor_names(weights_dir: Path) -> dict[str, Path]:
     names: dict[str, Path] = {}
     for file in sorted(weights_dir.glob("*.safetensors")):
         with safe_open(str(file), framework="pt") as f:
-            names.update({k: file for k in f.keys()})
+            names.update({k: file for k in f.keys()})  # noqa: SIM118 - safe_open is not a mapping
     return names
 
 
@@ -54,7 +54,9 @@ def serving_dir(weights_dir: Path, model_dir: Path, root: Path, version: int) ->
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    weight_files = {p.name for p in weights_dir.iterdir() if p.name.endswith((".safetensors", ".safetensors.index.json"))}
+    weight_files = {
+        p.name for p in weights_dir.iterdir() if p.name.endswith((".safetensors", ".safetensors.index.json"))
+    }
     for src in model_dir.iterdir():
         if src.is_file() and not src.name.endswith((".safetensors", ".safetensors.index.json")):
             os.symlink(src.resolve(), out / src.name)

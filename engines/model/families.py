@@ -32,32 +32,62 @@ FAMILIES = ("qwen3_moe", "mixtral", "deepseek_v3", "glm4_moe", "gpt_oss")
 
 # head_dim 32: vLLM's CPU attention kernels refuse 16 ("Unsupported CPU attention configuration").
 _COMMON = dict(
-    hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
-    max_position_embeddings=512, tie_word_embeddings=False, output_router_logits=False,
-)  # fmt: skip
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=32,
+    max_position_embeddings=512,
+    tie_word_embeddings=False,
+    output_router_logits=False,
+)
 
 
 def tiny_config(family: str, vocab_size: int = 256) -> PretrainedConfig:
     """A tiny config of `family` (one of FAMILIES)."""
     c = dict(_COMMON, vocab_size=vocab_size)
     if family == "qwen3_moe":
-        return Qwen3MoeConfig(**c, intermediate_size=128, moe_intermediate_size=32, num_experts=8,
-                              num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])  # fmt: skip
+        return Qwen3MoeConfig(
+            **c,
+            intermediate_size=128,
+            moe_intermediate_size=32,
+            num_experts=8,
+            num_experts_per_tok=2,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        )
     if family == "mixtral":
         return MixtralConfig(**c, intermediate_size=32, num_local_experts=8, num_experts_per_tok=2)
     if family in ("deepseek_v3", "glm4_moe"):
-        routed = dict(n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1, routed_scaling_factor=2.5,
-                      norm_topk_prob=True, n_shared_experts=1, first_k_dense_replace=0, moe_intermediate_size=32,
-                      intermediate_size=128)  # fmt: skip
+        routed = dict(
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=2.5,
+            norm_topk_prob=True,
+            n_shared_experts=1,
+            first_k_dense_replace=0,
+            moe_intermediate_size=32,
+            intermediate_size=128,
+        )
         if family == "glm4_moe":
             return Glm4MoeConfig(**c, **routed, partial_rotary_factor=0.5)
         c.pop("head_dim")
-        return DeepseekV3Config(**c, **routed, q_lora_rank=32, kv_lora_rank=32, qk_rope_head_dim=16,
-                                qk_nope_head_dim=16, v_head_dim=32)  # fmt: skip
+        return DeepseekV3Config(
+            **c, **routed, q_lora_rank=32, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=32
+        )
     if family == "gpt_oss":
-        return GptOssConfig(**c, intermediate_size=32, num_local_experts=8, num_experts_per_tok=2, sliding_window=16,
-                            layer_types=["sliding_attention", "full_attention"],
-                            rope_parameters={"rope_type": "default", "rope_theta": 150000.0})  # fmt: skip
+        return GptOssConfig(
+            **c,
+            intermediate_size=32,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            sliding_window=16,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
+        )
     raise ValueError(f"unknown MoE family {family!r}: use one of {', '.join(FAMILIES)}")
 
 

@@ -38,4 +38,6 @@ def resolve_model(path: str) -> str:
             "download it once with network access, or give a local model directory"
         ) from None
     except HfHubHTTPError as exc:
-        raise FileNotFoundError(f"model.path {path!r}: the Hub refused it ({exc}); check the id and your HF_TOKEN") from None
+        raise FileNotFoundError(
+            f"model.path {path!r}: the Hub refused it ({exc}); check the id and your HF_TOKEN"
+        ) from None

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from engines.protocol import ASSISTANT, END, TOOL, parse_action
 
 _REVERTED = re.compile(r"\nreverted \(attempt \d+ of \d+\)$")
-_TURN = re.compile(re.escape(ASSISTANT) + r"(.*?)" + re.escape(END) + r"(?:" + re.escape(TOOL) + r"(.*?)" + re.escape(END) + ")?", re.S)
+_TURN = re.compile(
+    re.escape(ASSISTANT) + r"(.*?)" + re.escape(END) + r"(?:" + re.escape(TOOL) + r"(.*?)" + re.escape(END) + ")?", re.S
+)
 
 
 @dataclass(frozen=True)

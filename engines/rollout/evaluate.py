@@ -37,21 +37,40 @@ class EvalResult:
         # pass@k only for k > 1: with one sample it is pass@1_sampled, and under the key
         # "pass@1" it would overwrite the greedy result.
         at_k = {f"pass@{self.k}": self.pass_at_k} if self.k > 1 else {}
-        return {"pass@1": self.pass_at_1, **at_k, "pass@1_sampled": self.pass_at_1_sampled, "first_attempt_pass@1": self.first_attempt_pass_at_1,
-                "mean_attempts": self.mean_attempts, "retry_repeat_rate": self.retry_repeat_rate,
-                "tasks": self.tasks, "version": self.version, "infra_failures": self.infra_failures,
-                "infra_example": self.infra_example, "solved": list(self.solved)}
+        return {
+            "pass@1": self.pass_at_1,
+            **at_k,
+            "pass@1_sampled": self.pass_at_1_sampled,
+            "first_attempt_pass@1": self.first_attempt_pass_at_1,
+            "mean_attempts": self.mean_attempts,
+            "retry_repeat_rate": self.retry_repeat_rate,
+            "tasks": self.tasks,
+            "version": self.version,
+            "infra_failures": self.infra_failures,
+            "infra_example": self.infra_example,
+            "solved": list(self.solved),
+        }
 
 
 async def evaluate(
-    greedy: AgentLoop, sampled: AgentLoop, grader: GradingPool, cache: GradeCache, env: EnvConfig,
-    tasks: Sequence[Task], k: int, version: int,
+    greedy: AgentLoop,
+    sampled: AgentLoop,
+    grader: GradingPool,
+    cache: GradeCache,
+    env: EnvConfig,
+    tasks: Sequence[Task],
+    k: int,
+    version: int,
 ) -> EvalResult:
     """`greedy` must sample at temperature 0, `sampled` at the training temperature;
     each seeds its episodes only when its `sampling.seed` is set."""
     tester = pool_tester(grader, cache)
-    g_eps = await greedy.run_episodes(episode_requests(tasks, 1, env, step=-1, seed=greedy.cfg.sampling.seed, tester=tester))
-    s_eps = await sampled.run_episodes(episode_requests(tasks, k, env, step=-2, seed=sampled.cfg.sampling.seed, tester=tester))
+    g_eps = await greedy.run_episodes(
+        episode_requests(tasks, 1, env, step=-1, seed=greedy.cfg.sampling.seed, tester=tester)
+    )
+    s_eps = await sampled.run_episodes(
+        episode_requests(tasks, k, env, step=-2, seed=sampled.cfg.sampling.seed, tester=tester)
+    )
     by_id = {t.instance_id: t for t in tasks}
     g_grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in g_eps])
     s_grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in s_eps])

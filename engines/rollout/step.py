@@ -69,8 +69,9 @@ def pool_tester(pool: GradingPool, cache: GradeCache) -> Tester:
     return lambda task, workspace: cache.grade(pool, [(task, workspace.diff())])[0]
 
 
-def episode_requests(tasks: Sequence[Task], group_size: int, env: EnvConfig, step: int, seed: int | None,
-                     tester: Tester | None = None) -> list[EpisodeRequest]:
+def episode_requests(
+    tasks: Sequence[Task], group_size: int, env: EnvConfig, step: int, seed: int | None, tester: Tester | None = None
+) -> list[EpisodeRequest]:
     """`group_size` episodes per task, one group per task; with a `seed`, each episode
     samples from its own seed, a function of (seed, step, task, sample). None samples
     unseeded, which lets the pool coalesce requests (engines/inference/batching.py).
@@ -134,13 +135,27 @@ def grade_episodes(grader: GradingPool, cache: GradeCache, pairs: Sequence[tuple
     for i, (task, ep) in enumerate(pairs):
         if out[i] is None:
             message = ep.infra_message or "the episode failed before grading"
-            out[i] = GradeResult(False, 0.0, 0, len(task.FAIL_TO_PASS), 0, len(task.PASS_TO_PASS),
-                                 infra_failure=True, infra_message=message, patch_applied=False)
+            out[i] = GradeResult(
+                False,
+                0.0,
+                0,
+                len(task.FAIL_TO_PASS),
+                0,
+                len(task.PASS_TO_PASS),
+                infra_failure=True,
+                infra_message=message,
+                patch_applied=False,
+            )
     return out  # type: ignore[return-value]
 
 
 def episodes_table(
-    run: str, step: int, tasks: Sequence[Task], episodes: Sequence[Episode], grades: Sequence[GradeResult], std_scale: bool
+    run: str,
+    step: int,
+    tasks: Sequence[Task],
+    episodes: Sequence[Episode],
+    grades: Sequence[GradeResult],
+    std_scale: bool,
 ) -> pa.Table:
     infra = np.array([e.infra_failure or g.infra_failure for e, g in zip(episodes, grades)])
     rewards = np.array([np.nan if f else g.reward for f, g in zip(infra, grades)])

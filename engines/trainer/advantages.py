@@ -31,7 +31,10 @@ class GroupAdvantages:
 
 
 def group_advantages(
-    rewards: np.ndarray, group_ids: np.ndarray, infra_failure: np.ndarray | None = None, std_scale: bool = False,
+    rewards: np.ndarray,
+    group_ids: np.ndarray,
+    infra_failure: np.ndarray | None = None,
+    std_scale: bool = False,
     negative_scale: float = 1.0,
 ) -> GroupAdvantages:
     """Advantages over plain arrays (one entry per episode)."""

@@ -34,7 +34,9 @@ def list_states(root: Path) -> list[int]:
     root = Path(root)
     if not root.is_dir():
         return []
-    steps = [int(m.group(1)) for p in root.iterdir() if (m := _STATE_RE.match(p.name)) and (p / "progress.json").is_file()]
+    steps = [
+        int(m.group(1)) for p in root.iterdir() if (m := _STATE_RE.match(p.name)) and (p / "progress.json").is_file()
+    ]
     return sorted(steps)
 
 

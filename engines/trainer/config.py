@@ -36,7 +36,9 @@ class SFTConfig(BaseModel):
         if self.max_steps is None and self.max_seconds is None:
             raise ValueError("sft: set max_steps or max_seconds (or both) so training ends")
         if self.schedule == "cosine" and self.max_steps is None:
-            raise ValueError("sft.schedule = 'cosine' decays to max_steps: set sft.max_steps, or use schedule = 'constant'")
+            raise ValueError(
+                "sft.schedule = 'cosine' decays to max_steps: set sft.max_steps, or use schedule = 'constant'"
+            )
         return self
 
 
@@ -46,7 +48,9 @@ class TrainerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # Optimizer
-    lr: float = Field(2e-4, gt=0, description="AdamW learning rate for RL (10x below SFT: noisier gradient, stay on-policy).")
+    lr: float = Field(
+        2e-4, gt=0, description="AdamW learning rate for RL (10x below SFT: noisier gradient, stay on-policy)."
+    )
     betas: tuple[float, float] = Field((0.9, 0.99), description="AdamW betas (momentum, second-moment decay).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay.")
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up in optimizer steps, then constant.")
@@ -74,7 +78,9 @@ class TrainerConfig(BaseModel):
     ratio_low: float = Field(0.8, gt=0, le=1, description="Lower bound of the trainer/inference probability ratio.")
     ratio_high: float = Field(1.2, ge=1, description="Upper bound of the ratio (the cap for tis).")
     kl_coef: float = Field(
-        0.0, ge=0, description="Weight of the squared log-ratio term 0.5*(log p - log q)^2 against the inference policy."
+        0.0,
+        ge=0,
+        description="Weight of the squared log-ratio term 0.5*(log p - log q)^2 against the inference policy.",
     )
     temperature: float = Field(
         1.0, gt=0, description="Sampling temperature of the rollouts; logits are divided by it so logprobs match."
@@ -83,7 +89,9 @@ class TrainerConfig(BaseModel):
         False, description="Divide group advantages by the group's reward standard deviation (GRPO); False: Dr.GRPO."
     )
     negative_advantage_scale: float = Field(
-        1.0, ge=0, le=1,
+        1.0,
+        ge=0,
+        le=1,
         description="Weight of below-mean episodes' advantages (1: plain group baseline; 0: learn only from episodes "
         "that beat their group, as rejection-sampling fine-tuning).",
     )
@@ -104,8 +112,10 @@ class TrainerConfig(BaseModel):
 
     # Parallelism (engines/trainer/parallelize.py applies it; see its docstring for the order)
     processes: int = Field(
-        1, ge=1, description="Trainer ranks: 1 trains in the lane's process; more run the lane under torchrun "
-        "(one rank per process: a GPU each on GPU machines, a gloo rank on CPU)."
+        1,
+        ge=1,
+        description="Trainer ranks: 1 trains in the lane's process; more run the lane under torchrun "
+        "(one rank per process: a GPU each on GPU machines, a gloo rank on CPU).",
     )
     parallelism: Literal["ddp", "fsdp2", "fsdp2_ep"] = Field(
         "ddp",
@@ -115,12 +125,16 @@ class TrainerConfig(BaseModel):
         "token dispatch (each rank stores 1/expert_parallel_size of the experts).",
     )
     expert_parallel_size: int = Field(
-        1, ge=1, description="Ranks one layer's routed experts are split over (fsdp2_ep only; divides processes "
-        "and the expert count)."
+        1,
+        ge=1,
+        description="Ranks one layer's routed experts are split over (fsdp2_ep only; divides processes "
+        "and the expert count).",
     )
     context_parallel_size: int = Field(
-        1, ge=1, description="Ranks that split each row's sequence (ring attention, torch context_parallel) for "
-        "long episodes; 1: off. Needs CUDA GPUs, fsdp2 or fsdp2_ep, and packing off."
+        1,
+        ge=1,
+        description="Ranks that split each row's sequence (ring attention, torch context_parallel) for "
+        "long episodes; 1: off. Needs CUDA GPUs, fsdp2 or fsdp2_ep, and packing off.",
     )
     mixed_precision: Literal["fp32", "bf16"] = Field(
         "fp32",
@@ -128,16 +142,16 @@ class TrainerConfig(BaseModel):
         "reductions (FSDP2 MixedPrecisionPolicy; autocast under ddp). fp32 is faster on CPU.",
     )
     activation_checkpointing: bool = Field(
-        False, description="Recompute each decoder layer in backward instead of keeping its activations "
-        "(about a third more compute for activation memory of one layer)."
+        False,
+        description="Recompute each decoder layer in backward instead of keeping its activations "
+        "(about a third more compute for activation memory of one layer).",
     )
     compile: bool = Field(
-        False, description="torch.compile each decoder layer (GPU runs; on CPU the first steps compile C++ for minutes)."
+        False,
+        description="torch.compile each decoder layer (GPU runs; on CPU the first steps compile C++ for minutes).",
     )
 
-    sft: SFTConfig = Field(
-        default_factory=lambda: SFTConfig(max_seconds=180), description="Warm-start SFT settings."
-    )
+    sft: SFTConfig = Field(default_factory=lambda: SFTConfig(max_seconds=180), description="Warm-start SFT settings.")
 
     @model_validator(mode="after")
     def _check(self) -> TrainerConfig:

@@ -30,10 +30,21 @@ def sharded_sequences(mesh: DeviceMesh, batch: Batch) -> Iterator[Batch]:
     `batch` itself is left whole) and attention running as ring attention."""
     from torch.distributed.tensor.experimental import context_parallel
 
-    local = Batch(*(None if t is None else t.clone() for t in (
-        batch.input_ids, batch.position_ids, batch.targets, batch.loss_mask, batch.valid,
-        batch.inference_logprobs, batch.advantages, batch.routes)))  # fmt: skip
+    local = Batch(
+        *(
+            None if t is None else t.clone()
+            for t in (
+                batch.input_ids,
+                batch.position_ids,
+                batch.targets,
+                batch.loss_mask,
+                batch.valid,
+                batch.inference_logprobs,
+                batch.advantages,
+                batch.routes,
+            )
+        )
+    )
     buffers = [t for t in vars(local).values() if t is not None]
     with context_parallel(mesh, buffers=buffers, buffer_seq_dims=[1] * len(buffers), no_restore_buffers=set(buffers)):
         yield local
-

@@ -95,15 +95,23 @@ def sharded_trainee(model: nn.Module, cfg: TrainerConfig, accelerator: Accelerat
 
         seq = partial(sharded_sequences, meshes.cp)
     return Trainee(
-        model=model, module=model, optimizer=opt, scheduler=sched, replay=replay,
-        rank=dist.get_rank(), world=dist.get_world_size(), device=accelerator.device,
+        model=model,
+        module=model,
+        optimizer=opt,
+        scheduler=sched,
+        replay=replay,
+        rank=dist.get_rank(),
+        world=dist.get_world_size(),
+        device=accelerator.device,
         all_sum=partial(_all_sum, device=accelerator.device),
-        dp_rank=meshes.dp_rank, dp_world=meshes.dp_size,
-        clip=partial(clip_sharded, model, ep), sequence_context=seq,
+        dp_rank=meshes.dp_rank,
+        dp_world=meshes.dp_size,
+        clip=partial(clip_sharded, model, ep),
+        sequence_context=seq,
         full_state=partial(full_state_dict, model, ep),
         save_local=lambda d: save_shard(model, opt, Path(d), dist.get_rank(), layout),
         load_local=lambda d: load_shard(model, opt, Path(d), dist.get_rank(), layout),
-    )  # fmt: skip
+    )
 
 
 def clip_sharded(model: nn.Module, ep: ExpertParallel | None, max_norm: float) -> float:
@@ -137,4 +145,3 @@ def clip_sharded(model: nn.Module, ep: ExpertParallel | None, max_norm: float) -
                 for g in grads:
                     g.mul_(scale)
     return norm
-

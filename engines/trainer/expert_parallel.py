@@ -36,10 +36,12 @@ from torch.distributed.nn.functional import all_to_all_single as all_to_all_auto
 def find_experts(model: nn.Module) -> dict[str, nn.Module]:
     """Routed-expert modules (fused 3-D weights, one slice per expert) by module name."""
     return {
-        name: m for name, m in model.named_modules()
-        if name.endswith(".experts") and isinstance(getattr(m, "down_proj", None), nn.Parameter)
+        name: m
+        for name, m in model.named_modules()
+        if name.endswith(".experts")
+        and isinstance(getattr(m, "down_proj", None), nn.Parameter)
         and m.down_proj.dim() == 3
-    }  # fmt: skip
+    }
 
 
 @dataclass

@@ -30,8 +30,15 @@ from torch import nn
 BLOCK = 128
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448
-_FP8_TARGETS = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
-                "gate_proj.weight", "up_proj.weight", "down_proj.weight")  # fmt: skip
+_FP8_TARGETS = (
+    "q_proj.weight",
+    "k_proj.weight",
+    "v_proj.weight",
+    "o_proj.weight",
+    "gate_proj.weight",
+    "up_proj.weight",
+    "down_proj.weight",
+)
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
 
 
@@ -87,8 +94,14 @@ def export_weights(
     return dest
 
 
-def _save_hf(model: nn.Module, tokenizer, out: Path, dtype: torch.dtype, source: dict | None = None,
-             architecture: str | None = None) -> None:
+def _save_hf(
+    model: nn.Module,
+    tokenizer,
+    out: Path,
+    dtype: torch.dtype,
+    source: dict | None = None,
+    architecture: str | None = None,
+) -> None:
     state, seen = {}, set()
     for k, v in (model.state_dict() if source is None else source).items():
         if v.data_ptr() in seen:  # a tied weight (lm_head = embeddings): saved once, as save_pretrained does

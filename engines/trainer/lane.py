@@ -26,7 +26,6 @@ import argparse
 import json
 import logging
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -57,7 +56,9 @@ class LaneConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model_dir: str = Field(..., description="Starting weights: a local HF model dir or s3:// URL (e.g. the SFT export).")
+    model_dir: str = Field(
+        ..., description="Starting weights: a local HF model dir or s3:// URL (e.g. the SFT export)."
+    )
     storage: StorageConfig = Field(default_factory=StorageConfig, description="The lake holding the run.")
     run: str = Field(..., description="Run name (rollouts are read from and weights published under it).")
     source_run: str | None = Field(
@@ -91,7 +92,9 @@ class LaneConfig(BaseModel):
         return self.source_run or self.run
 
     def state_path(self) -> Path:
-        return Path(self.state_dir) if self.state_dir else Path(self.storage.root).absolute() / self.run / "trainer_state"
+        return (
+            Path(self.state_dir) if self.state_dir else Path(self.storage.root).absolute() / self.run / "trainer_state"
+        )
 
 
 def step_complete(store: Store, run: str, step: int, completion: str = "final_shard") -> bool:
@@ -114,6 +117,7 @@ def wait_for_step(store: Store, cfg: LaneConfig, step: int) -> None:
 
 def rollout_metrics(episodes, step: int) -> dict:
     """Columns of the steps table that describe the step's episodes."""
+
     def mean(table, col):
         v = pc.mean(pc.cast(table.column(col), "float64")).as_py()
         return v if v is not None and not math.isnan(v) else None
@@ -169,8 +173,15 @@ class TrainerLane:
         state = self.trainee.full_state() if self.trainee.full_state is not None else None
         if self.accelerator.is_main_process:
             uri = checkpoints.weights_uri(store, cfg.run, version)
-            export_weights(self.trainee.module, self.tokenizer, uri, cfg.trainer.export_format, store=store,
-                           state_dict=state, architecture=self.arch)  # fmt: skip
+            export_weights(
+                self.trainee.module,
+                self.tokenizer,
+                uri,
+                cfg.trainer.export_format,
+                store=store,
+                state_dict=state,
+                architecture=self.arch,
+            )
             checkpoints.publish(store, cfg.run, version, step, uri, _FORMAT_NAMES[cfg.trainer.export_format])
             metrics.update(rollout_metrics(episodes, step))
             write_step_metrics(store, cfg.run, step, metrics)

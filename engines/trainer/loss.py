@@ -34,7 +34,9 @@ class LossSums:
     mismatch_kl: float  # sum of r - 1 - log r: KL(inference || trainer) estimator (k3)
 
 
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def token_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprob of each target and the entropy of each position's distribution.
 
     logits [..., V], targets [...] -> (logprobs [...], entropy [...]), in fp32.

@@ -61,17 +61,34 @@ class Batch:
         """The same rows on `device` (the model's: a GPU rank's own device)."""
         if self.input_ids.device == torch.device(device):
             return self
-        return Batch(*(None if t is None else t.to(device) for t in (
-            self.input_ids, self.position_ids, self.targets, self.loss_mask, self.valid,
-            self.inference_logprobs, self.advantages, self.routes)))  # fmt: skip
+        return Batch(
+            *(
+                None if t is None else t.to(device)
+                for t in (
+                    self.input_ids,
+                    self.position_ids,
+                    self.targets,
+                    self.loss_mask,
+                    self.valid,
+                    self.inference_logprobs,
+                    self.advantages,
+                    self.routes,
+                )
+            )
+        )
 
     def rows(self, start: int, stop: int) -> Batch:
         r = None if self.routes is None else self.routes[start:stop]
         return Batch(
-            self.input_ids[start:stop], self.position_ids[start:stop], self.targets[start:stop],
-            self.loss_mask[start:stop], self.valid[start:stop], self.inference_logprobs[start:stop],
-            self.advantages[start:stop], r,
-        )  # fmt: skip
+            self.input_ids[start:stop],
+            self.position_ids[start:stop],
+            self.targets[start:stop],
+            self.loss_mask[start:stop],
+            self.valid[start:stop],
+            self.inference_logprobs[start:stop],
+            self.advantages[start:stop],
+            r,
+        )
 
 
 def episode_from_row(row: dict, where: str = "episode") -> Episode:
@@ -94,7 +111,9 @@ def episode_from_row(row: dict, where: str = "episode") -> Episode:
     loss_mask[len(prompt) - 1 :] = mask  # position i predicts completion token i + 1 - len(P)
     logprobs[len(prompt) - 1 :] = np.where(mask, lps, 0.0)
     adv = row.get("advantage")
-    return Episode(seq[:-1], seq[1:], loss_mask, logprobs, float(adv) if adv is not None else 0.0, _routes(row, fed, where))
+    return Episode(
+        seq[:-1], seq[1:], loss_mask, logprobs, float(adv) if adv is not None else 0.0, _routes(row, fed, where)
+    )
 
 
 def _routes(row: dict, fed: int, where: str) -> np.ndarray | None:
@@ -102,7 +121,9 @@ def _routes(row: dict, fed: int, where: str) -> np.ndarray | None:
     if data is None:
         return None
     if shape is None or len(shape) != 3:
-        raise ValueError(f"{where}: routed_experts present but routed_experts_shape is {shape}; expected [tokens, layers, top_k]")
+        raise ValueError(
+            f"{where}: routed_experts present but routed_experts_shape is {shape}; expected [tokens, layers, top_k]"
+        )
     count = int(np.prod(shape))
     if count == 0 or len(data) % count:
         raise ValueError(f"{where}: routed_experts has {len(data)} bytes, not a whole multiple of shape {list(shape)}")

@@ -97,7 +97,9 @@ def parallelize(model: nn.Module, cfg: TrainerConfig, meshes: Meshes | None) -> 
 
 def _fully_shard(model: nn.Module, cfg: TrainerConfig, meshes: Meshes, ep: ExpertParallel | None) -> None:
     bf16 = cfg.mixed_precision == "bf16"
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    mp = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    )
     if ep is not None:
         world = dist.get_world_size()
         for experts in find_experts(model).values():

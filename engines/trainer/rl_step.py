@@ -59,8 +59,14 @@ class Trainee:
     load_local: Callable[[str], None] | None = None
 
 
-def make_optimizer(model: nn.Module, cfg: TrainerConfig, lr: float | None = None, warmup: int | None = None,
-                   decay_steps: int | None = None, final_lr_ratio: float = 0.1):
+def make_optimizer(
+    model: nn.Module,
+    cfg: TrainerConfig,
+    lr: float | None = None,
+    warmup: int | None = None,
+    decay_steps: int | None = None,
+    final_lr_ratio: float = 0.1,
+):
     """AdamW plus linear warm-up, then a constant learning rate, or (with `decay_steps`)
     a cosine decay to `final_lr_ratio` of the peak at step `decay_steps`."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr or cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
@@ -121,7 +127,9 @@ def forward_logprobs(trainee: Trainee, batch: Batch, cfg: TrainerConfig, need_ro
     return lp, entropy, (out.router_logits if need_router_logits else None)
 
 
-def load_balancing_loss(router_logits: tuple[torch.Tensor, ...], used: list[torch.Tensor], valid: torch.Tensor) -> torch.Tensor:
+def load_balancing_loss(
+    router_logits: tuple[torch.Tensor, ...], used: list[torch.Tensor], valid: torch.Tensor
+) -> torch.Tensor:
     """Switch-style aux loss over real tokens: E * sum_e f_e * P_e, averaged over layers."""
     v = valid.reshape(-1)
     total = 0.0
@@ -176,8 +184,16 @@ def _empty_micro_batch(like: Batch) -> Batch:
     """One padding row: keeps a rank's forward/backward count in step with the others."""
     b = like.rows(0, 1)
     zeros = torch.zeros_like
-    return Batch(zeros(b.input_ids), b.position_ids, zeros(b.targets), zeros(b.loss_mask), zeros(b.valid),
-                 zeros(b.inference_logprobs), zeros(b.advantages), None if b.routes is None else zeros(b.routes))  # fmt: skip
+    return Batch(
+        zeros(b.input_ids),
+        b.position_ids,
+        zeros(b.targets),
+        zeros(b.loss_mask),
+        zeros(b.valid),
+        zeros(b.inference_logprobs),
+        zeros(b.advantages),
+        None if b.routes is None else zeros(b.routes),
+    )
 
 
 def rl_step(trainee: Trainee, episodes: pa.Table, cfg: TrainerConfig) -> dict[str, float]:
@@ -224,7 +240,10 @@ def rl_step(trainee: Trainee, episodes: pa.Table, cfg: TrainerConfig) -> dict[st
         if mb.valid.any():
             loads.append(trainee.replay.expert_load(mb.valid))
         ent_sum = float(ent[mb.loss_mask.bool()].sum())
-        sums += torch.tensor([float(s.loss.detach()), s.tokens, s.masked, s.mismatch_kl, ent_sum, float(aux.detach())], dtype=torch.float64)
+        sums += torch.tensor(
+            [float(s.loss.detach()), s.tokens, s.masked, s.mismatch_kl, ent_sum, float(aux.detach())],
+            dtype=torch.float64,
+        )
 
     sums = trainee.all_sum(sums)
     if trainee.clip is not None:

@@ -66,7 +66,9 @@ def mean_nll(model, episodes: list[Episode], seq_len: int) -> float:
     return total / max(1, count)
 
 
-def length_grouped_batches(lengths: list[int], batch_size: int, rng: random.Random, window: int = 32) -> Iterator[list[int]]:
+def length_grouped_batches(
+    lengths: list[int], batch_size: int, rng: random.Random, window: int = 32
+) -> Iterator[list[int]]:
     """Endless batches of indices: reshuffled epochs, and within each window of
     `window` batches the conversations sorted by length before they are cut into
     batches (whose order is then shuffled). Rows of similar length pad little: about
@@ -110,12 +112,16 @@ def sft_train(model, episodes: list[Episode], cfg: TrainerConfig, log=print) -> 
         losses.append(float(loss.detach()))
         if step % sft.log_every == 0 or step == 1:
             recent = [x for x in losses[-sft.log_every :] if math.isfinite(x)]
-            log(f"[sft] step {step} loss {np.mean(recent) if recent else float('nan'):.4f} "
-                f"lr {sched.get_last_lr()[0]:.2e} elapsed {time.monotonic() - start:.1f}s")  # fmt: skip
+            log(
+                f"[sft] step {step} loss {np.mean(recent) if recent else float('nan'):.4f} "
+                f"lr {sched.get_last_lr()[0]:.2e} elapsed {time.monotonic() - start:.1f}s"
+            )
     return losses
 
 
-def sft(model_dir: str, conversations: list[list[dict[str, str]]], out_dir: str, cfg: TrainerConfig | None = None, log=print) -> Path:
+def sft(
+    model_dir: str, conversations: list[list[dict[str, str]]], out_dir: str, cfg: TrainerConfig | None = None, log=print
+) -> Path:
     """Fine-tune the model of `model_dir` on `conversations`; export to `out_dir` and return it."""
     cfg = cfg or TrainerConfig()
     if not conversations:

@@ -36,10 +36,13 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
         "PREFECT_WORKER_QUERY_SECONDS": "1",
         "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
     }
-    log = open(Path(home) / "server.log", "wb")
+    log = open(Path(home) / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
     proc = subprocess.Popen(
         [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     deadline = time.monotonic() + 120
     while True:
@@ -52,8 +55,15 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
         assert time.monotonic() < deadline, "prefect server not healthy after 120 s"
         time.sleep(0.5)
     try:
-        yield {k: env[k] for k in ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_WORKER_QUERY_SECONDS",
-                                   "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW")}
+        yield {
+            k: env[k]
+            for k in (
+                "PREFECT_HOME",
+                "PREFECT_API_URL",
+                "PREFECT_WORKER_QUERY_SECONDS",
+                "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW",
+            )
+        }
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:

@@ -37,8 +37,11 @@ def graded_run(root: str, run: str, corpus_dir: Path, steps: int = 2, tasks_per_
     with GradingPool(EnvConfig(workers=2)) as grader:
         for step in range(steps):
             chosen = tasks[step * tasks_per_step : (step + 1) * tasks_per_step]
-            pairs = [(t, _episode(t.instance_id, f"s{step}-t{i}", j, patch))
-                     for i, t in enumerate(chosen) for j, patch in enumerate((t.patch, "", t.patch[: len(t.patch) // 2]))]
+            pairs = [
+                (t, _episode(t.instance_id, f"s{step}-t{i}", j, patch))
+                for i, t in enumerate(chosen)
+                for j, patch in enumerate((t.patch, "", t.patch[: len(t.patch) // 2]))
+            ]
             grades = grade_episodes(grader, GradeCache(), pairs)
             table = episodes_table(run, step, [t for t, _ in pairs], [e for _, e in pairs], grades, std_scale=False)
             shards.write_shard(store, run, step, "final", table)
@@ -48,9 +51,22 @@ def graded_run(root: str, run: str, corpus_dir: Path, steps: int = 2, tasks_per_
 
 def _episode(task_id: str, group: str, i: int, patch: str) -> Episode:
     now = datetime.now(UTC)
-    return Episode(task_id=task_id, group_id=group, sample_index=i, prompt_ids=[1, 2, 3], completion_ids=[4, 5],
-                   loss_mask=[True, True], completion_logprobs=[-0.1, -0.2], policy_versions=[0], num_turns=1,
-                   finish_reason="submitted", started_at=now, finished_at=now, conversation="...", patch=patch)
+    return Episode(
+        task_id=task_id,
+        group_id=group,
+        sample_index=i,
+        prompt_ids=[1, 2, 3],
+        completion_ids=[4, 5],
+        loss_mask=[True, True],
+        completion_logprobs=[-0.1, -0.2],
+        policy_versions=[0],
+        num_turns=1,
+        finish_reason="submitted",
+        started_at=now,
+        finished_at=now,
+        conversation="...",
+        patch=patch,
+    )
 
 
 def trained_on_run(root: str, run: str, model, model_dir: Path, steps: int, *trainer_overrides: str) -> None:
@@ -70,5 +86,8 @@ def trained_on_run(root: str, run: str, model, model_dir: Path, steps: int, *tra
 
 def tree_digest(path: Path) -> dict[str, str]:
     """relative file name -> sha256 of its bytes, for every file under `path`."""
-    return {str(f.relative_to(path)): hashlib.sha256(f.read_bytes()).hexdigest()
-            for f in sorted(path.rglob("*")) if f.is_file()}
+    return {
+        str(f.relative_to(path)): hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted(path.rglob("*"))
+        if f.is_file()
+    }

@@ -42,7 +42,14 @@ def tandem(*args: str, env: dict[str, str] | None = None):
 
 
 def test_table_output_over_one_run(lake: str) -> None:
-    result = tandem("query", "SELECT step, count(*) AS n FROM rollouts GROUP BY step ORDER BY step", "--run", "alpha", "--root", lake)
+    result = tandem(
+        "query",
+        "SELECT step, count(*) AS n FROM rollouts GROUP BY step ORDER BY step",
+        "--run",
+        "alpha",
+        "--root",
+        lake,
+    )
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "step" in lines[1] and "n" in lines[1] and "int64" in lines[2]
@@ -51,7 +58,14 @@ def test_table_output_over_one_run(lake: str) -> None:
 
 
 def test_csv_output_over_all_runs(lake: str) -> None:
-    result = tandem("query", "SELECT run_id, count(*) AS n, list(sample_index ORDER BY sample_index) AS ids FROM rollouts GROUP BY run_id ORDER BY run_id", "--root", lake, "--format", "csv")
+    result = tandem(
+        "query",
+        "SELECT run_id, count(*) AS n, list(sample_index ORDER BY sample_index) AS ids FROM rollouts GROUP BY run_id ORDER BY run_id",
+        "--root",
+        lake,
+        "--format",
+        "csv",
+    )
     assert result.exit_code == 0, result.stderr
     rows = list(csv.reader(io.StringIO(result.stdout)))
     assert rows == [["run_id", "n", "ids"], ["alpha", "8", "[0, 0, 1, 1, 2, 2, 3, 3]"], ["beta", "4", "[0, 1, 2, 3]"]]
@@ -69,7 +83,9 @@ def test_json_output_writes_blobs_and_timestamps(lake: str) -> None:
     assert len(rows[0]["completion_logprobs"]) == len(episodes[0]["completion_logprobs"])
 
 
-def test_the_root_comes_from_tandem_root_then_defaults_to_runs(lake: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_root_comes_from_tandem_root_then_defaults_to_runs(
+    lake: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     result = tandem("query", "SELECT count(*) FROM rollouts", "--format", "csv", env={"TANDEM_ROOT": lake})
     assert result.stdout.splitlines()[1] == "12"
     monkeypatch.chdir(tmp_path)
@@ -112,10 +128,24 @@ def test_the_console_command_queries_s3(s3_server: dict[str, str], s3_bucket: st
     fill(root)
     env = {**os.environ, **s3_server, "TANDEM_ROOT": root, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "flows.cli", "query"]
-    done = subprocess.run([*command, "SELECT run_id, sum(reward) >= 0 AS ok, count(*) AS n FROM rollouts GROUP BY 1 ORDER BY 1", "--format", "csv"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            *command,
+            "SELECT run_id, sum(reward) >= 0 AS ok, count(*) AS n FROM rollouts GROUP BY 1 ORDER BY 1",
+            "--format",
+            "csv",
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["run_id,ok,n", "alpha,True,8", "beta,True,4"]
 
-    done = subprocess.run([*command, "SELECT 1", "--run", "gamma"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*command, "SELECT 1", "--run", "gamma"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 1
     assert done.stderr == f"error: run 'gamma' not found under {root}; runs there: alpha, beta\n"

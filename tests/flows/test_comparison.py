@@ -8,8 +8,16 @@ from flows.comparison import heldout_comparison
 
 
 def _eval(greedy: float, sampled: float, solved: list[str], k: int = 1) -> dict:
-    return EvalResult(version=0, tasks=100, pass_at_1=greedy, pass_at_k=sampled, pass_at_1_sampled=sampled, k=k,
-                      infra_failures=0, solved=tuple(solved)).as_dict()
+    return EvalResult(
+        version=0,
+        tasks=100,
+        pass_at_1=greedy,
+        pass_at_k=sampled,
+        pass_at_1_sampled=sampled,
+        k=k,
+        infra_failures=0,
+        solved=tuple(solved),
+    ).as_dict()
 
 
 def test_one_sample_keeps_the_greedy_pass_at_1():

@@ -57,9 +57,30 @@ def test_defaults_toml_and_overrides_apply_in_that_order(tmp_path: Path) -> None
 
 
 def test_override_values_are_typed_literals_or_plain_text() -> None:
-    parsed = parse_overrides(["--a", "1e-5", "--b=true", "--c", "hello world", "--d", '"quoted"', "--e", "-3", "--f={\"k\": 1}", "--g", "2024-01-01"])
+    parsed = parse_overrides(
+        [
+            "--a",
+            "1e-5",
+            "--b=true",
+            "--c",
+            "hello world",
+            "--d",
+            '"quoted"',
+            "--e",
+            "-3",
+            '--f={"k": 1}',
+            "--g",
+            "2024-01-01",
+        ]
+    )
     assert {k: v for k, (_, v) in parsed.items()} == {
-        "a": 1e-5, "b": True, "c": "hello world", "d": "quoted", "e": -3, "f": {"k": 1}, "g": "2024-01-01",
+        "a": 1e-5,
+        "b": True,
+        "c": "hello world",
+        "d": "quoted",
+        "e": -3,
+        "f": {"k": 1},
+        "g": "2024-01-01",
     }
 
 
@@ -76,14 +97,18 @@ def test_unknown_keys_name_the_key_the_allowed_keys_and_the_closest(tmp_path: Pa
     assert f"trainer.learning_rate (in {toml}): unknown key" in message
     assert "trainer.batchsize (from --trainer.batchsize): unknown key; did you mean trainer.batch_size?" in message
     assert "Allowed under 'trainer': lr, batch_size, optimizer, precision, betas" in message
-    assert "rn (from --rn.name): unknown key; did you mean run? Allowed at the top level: run, trainer, notes" in message
+    assert (
+        "rn (from --rn.name): unknown key; did you mean run? Allowed at the top level: run, trainer, notes" in message
+    )
     assert "3 problems" in message
 
 
 def test_bad_values_name_the_key_and_the_allowed_values(tmp_path: Path) -> None:
     toml = write_toml(tmp_path, '[trainer]\noptimizer = "adam"\n')
     with pytest.raises(ConfigError) as info:
-        load_config(Example, toml, ["--trainer.precision", "fp16", "--trainer.lr", "-1", "--trainer.batch_size", "many"])
+        load_config(
+            Example, toml, ["--trainer.precision", "fp16", "--trainer.lr", "-1", "--trainer.batch_size", "many"]
+        )
     message = str(info.value)
     assert f"trainer.optimizer (in {toml}): got 'adam'; allowed values: 'adamw', 'sgd'" in message
     assert "trainer.precision (from --trainer.precision): got 'fp16'; allowed values: 'fp32', 'bf16'" in message

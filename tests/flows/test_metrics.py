@@ -37,12 +37,20 @@ def test_rollout_and_trainer_steps_read_back_from_one_folder(tmp_path: Path) -> 
     rollout, trainer = metrics_sink(cfg.metrics, "rollout"), TensorBoardSink(cfg.metrics.tensorboard_dir, "trainer")
     assert isinstance(rollout, TensorBoardSink)
     for step in range(3):
-        rollout.log(step, {"reward_mean": 0.1 * step, "tokens": 100 + step, "policy_version": step, "notes": "text"}, "rollout")
+        rollout.log(
+            step, {"reward_mean": 0.1 * step, "tokens": 100 + step, "policy_version": step, "notes": "text"}, "rollout"
+        )
         trainer.log(step, {"loss": -0.5 * step, "grad_norm": 1.0, "step": step}, "trainer")
     rollout.close()
     trainer.close()
     scalars = read_scalars(tmp_path / "tb")
-    assert set(scalars) == {"rollout/reward_mean", "rollout/tokens", "rollout/policy_version", "trainer/loss", "trainer/grad_norm"}
+    assert set(scalars) == {
+        "rollout/reward_mean",
+        "rollout/tokens",
+        "rollout/policy_version",
+        "trainer/loss",
+        "trainer/grad_norm",
+    }
     assert [s for s, _ in scalars["rollout/reward_mean"]] == [0, 1, 2]
     assert [round(v, 5) for _, v in scalars["rollout/reward_mean"]] == [0.0, 0.1, 0.2]
     assert [v for _, v in scalars["trainer/loss"]] == [0.0, -0.5, -1.0]

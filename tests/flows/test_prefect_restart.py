@@ -53,8 +53,14 @@ def test_a_killed_embedded_prefect_server_is_restarted_and_the_flow_finishes(tmp
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")} | {"PYTHONPATH": str(REPO)}
     log = tmp_path / "out.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path / "home")], cwd=REPO, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SCRIPT, str(tmp_path / "home")],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 360
         while "[test] flow starting" not in log.read_text(errors="replace"):

@@ -38,7 +38,9 @@ SCRIPT = textwrap.dedent("""
 def run_lane(prefect_server: dict[str, str], mode: str, tag: str) -> str:
     env = {**os.environ, **prefect_server}
     env.pop("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", None)
-    done = subprocess.run([sys.executable, "-c", SCRIPT, mode, tag], env=env, capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode, tag], env=env, capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout + done.stderr
 

@@ -28,8 +28,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def tandem(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=REPO, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +51,17 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, int]:
 def test_rescore_agrees_with_stored_rewards_on_every_episode(graded, prefect_server) -> None:
     root, _, episodes = graded
     before = tree_digest(Path(root) / "src")
-    done = tandem(prefect_server, "replay", "rescore", "--source_run", "src", "--run", "src-regraded", "--storage.root", root)
+    done = tandem(
+        prefect_server, "replay", "rescore", "--source_run", "src", "--run", "src-regraded", "--storage.root", root
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"{episodes}/{episodes} episodes of src agree with the stored rewards (100.0%)" in done.stdout
     lake = connect(open_store(root), "src-regraded")
-    rows = lake.sql("SELECT count(*), count(*) FILTER (agrees), count(DISTINCT reward), min(source_run) FROM rescores").fetchall()
+    rows = lake.sql(
+        "SELECT count(*), count(*) FILTER (agrees), count(DISTINCT reward), min(source_run) FROM rescores"
+    ).fetchall()
     assert rows == [(episodes, episodes, 2, "src")]  # rewards 0 and 1 both occur, and agree
-    (kind, source, steps, corpus), = lake.sql("SELECT kind, source_run, source_steps, corpus_id FROM runs").fetchall()
+    ((kind, source, steps, corpus),) = lake.sql("SELECT kind, source_run, source_steps, corpus_id FROM runs").fetchall()
     assert (kind, source, steps) == ("rescore", "src", [0, 1]) and corpus.startswith("sha256:")
     assert tree_digest(Path(root) / "src") == before
 
@@ -79,10 +89,25 @@ def test_replay_train_leaves_the_source_byte_identical(tmp_path, prefect_server,
 
     root = str(tmp_path / "lake")
     torch.manual_seed(0)
-    trained_on_run(root, "src", load_moe_causal_lm(tiny_model_dir), tiny_model_dir, 2, "--trainer.std_scale_advantages", "true")
+    trained_on_run(
+        root, "src", load_moe_causal_lm(tiny_model_dir), tiny_model_dir, 2, "--trainer.std_scale_advantages", "true"
+    )
     before = tree_digest(Path(root) / "src")
-    done = tandem(prefect_server, "replay", "train", "--source_run", "src", "--run", "src-lr", "--storage.root", root,
-                  "--trainer.lr", "1e-3", "--trainer.micro_batch_rows", "8")
+    done = tandem(
+        prefect_server,
+        "replay",
+        "train",
+        "--source_run",
+        "src",
+        "--run",
+        "src-lr",
+        "--storage.root",
+        root,
+        "--trainer.lr",
+        "1e-3",
+        "--trainer.micro_batch_rows",
+        "8",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trained on 2 steps of src, published versions [1, 2]" in done.stdout
     assert tree_digest(Path(root) / "src") == before
@@ -91,7 +116,7 @@ def test_replay_train_leaves_the_source_byte_identical(tmp_path, prefect_server,
     assert checkpoints.list_versions(store, "src-lr") == [1, 2] and checkpoints.list_versions(store, "src") == [0]
     lake = connect(store, "src-lr")
     assert lake.sql("SELECT step FROM steps ORDER BY step").fetchall() == [(0,), (1,)]
-    (kind, source, steps, config), = lake.sql("SELECT kind, source_run, source_steps, config FROM runs").fetchall()
+    ((kind, source, steps, config),) = lake.sql("SELECT kind, source_run, source_steps, config FROM runs").fetchall()
     assert (kind, source, steps) == ("replay-train", "src", [0, 1])
     trainer = json.loads(config)["trainer"]
     # set here: lr; from the source's stored config: std_scale_advantages
@@ -107,7 +132,10 @@ def test_each_replay_has_a_deployment_whose_flow_loads() -> None:
     from prefect.flows import load_flow_from_entrypoint
 
     deployments = {d["entrypoint"]: d for d in yaml.safe_load((REPO / "prefect.yaml").read_text())["deployments"]}
-    for entrypoint, name in (("flows/replay.py:replay_rescore", "replay-rescore"), ("flows/replay.py:replay_train", "replay-train")):
+    for entrypoint, name in (
+        ("flows/replay.py:replay_rescore", "replay-rescore"),
+        ("flows/replay.py:replay_train", "replay-train"),
+    ):
         assert entrypoint in deployments, f"prefect.yaml has no deployment of {entrypoint}"
         flow = load_flow_from_entrypoint(str(REPO / entrypoint))
         assert flow.name == name and "config" in flow.parameters.properties

@@ -27,8 +27,22 @@ def started(root: str, *overrides: str) -> RunConfig:
 def test_a_rerun_with_another_config_is_refused_listing_the_keys(tmp_path) -> None:
     root = str(tmp_path / "lake")
     started(root, "--rl.steps", "5")
-    result = CliRunner().invoke(app, ["run", "--run", "exp", "--storage.root", root, "--rl.steps", "9",
-                                      "--trainer.lr", "1e-3", "--rl.group_size", "4"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--run",
+            "exp",
+            "--storage.root",
+            root,
+            "--rl.steps",
+            "9",
+            "--trainer.lr",
+            "1e-3",
+            "--rl.group_size",
+            "4",
+        ],
+    )
     assert result.exit_code == 1
     assert "2 keys differ (stored -> now)" in result.stderr
     assert "- rl.group_size: 8 -> 4" in result.stderr and "- trainer.lr: 0.0005 -> 0.001" in result.stderr
@@ -53,8 +67,11 @@ def test_the_override_lets_a_changed_config_resume_and_is_recorded(tmp_path) -> 
     root = str(tmp_path / "lake")
     started(root)
     store = open_store(root)
-    forced = load_config(RunConfig, None, ["--run", "exp", "--storage.root", root, "--trainer.lr", "1e-3",
-                                           "--allow_config_change", "true"])
+    forced = load_config(
+        RunConfig,
+        None,
+        ["--run", "exp", "--storage.root", root, "--trainer.lr", "1e-3", "--allow_config_change", "true"],
+    )
     assert check_resume(store, "exp", forced, forced.allow_config_change) == ["trainer.lr: 0.0005 -> 0.001"]
     runs.record_start(store, "exp", start_record(forced, "rl", None))
     latest = runs.latest_start(store, "exp")

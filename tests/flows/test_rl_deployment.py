@@ -66,10 +66,19 @@ async def _run(env: dict, parameters: dict):
 @pytest.fixture
 def worker(prefect_server: dict[str, str]):
     _tandem(prefect_server, "prefect-setup")
-    subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"], cwd=REPO,
-                   env={**os.environ, **prefect_server}, check=True, stdout=subprocess.DEVNULL)
-    proc = subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", "tandem-process"],
-                            cwd=REPO, env={**os.environ, **prefect_server}, start_new_session=True)
+    subprocess.run(
+        [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"],
+        cwd=REPO,
+        env={**os.environ, **prefect_server},
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "worker", "start", "--pool", "tandem-process"],
+        cwd=REPO,
+        env={**os.environ, **prefect_server},
+        start_new_session=True,
+    )
     yield prefect_server
     os.killpg(proc.pid, signal.SIGINT)  # the worker ignores SIGTERM for a while
     try:
@@ -84,9 +93,11 @@ def test_invalid_parameters_are_rejected_when_the_run_is_created(worker, tmp_pat
 
     bad = _config(tmp_path)
     bad["rl"]["batch_size"] = 6  # not a multiple of group_size 4
-    with temporary_settings(updates={PREFECT_API_URL: worker["PREFECT_API_URL"]}):
-        with pytest.raises(Exception, match="batch_size"):
-            asyncio.run(run_deployment("rl/tiny-moe", parameters={"config": bad}, timeout=0))
+    with (
+        temporary_settings(updates={PREFECT_API_URL: worker["PREFECT_API_URL"]}),
+        pytest.raises(Exception, match="batch_size"),
+    ):
+        asyncio.run(run_deployment("rl/tiny-moe", parameters={"config": bad}, timeout=0))
 
 
 def test_deployed_run_survives_a_killed_trainer_lane(worker, tmp_path):
@@ -99,38 +110,44 @@ def test_deployed_run_survives_a_killed_trainer_lane(worker, tmp_path):
     store = open_store(str(root))
     killed_at = None
     deadline = time.monotonic() + 600
-    with temporary_settings(updates={PREFECT_API_URL: worker["PREFECT_API_URL"]}):
-        with get_client(sync_client=True) as client:
-            while True:
-                state = client.read_flow_run(flow_run_id).state
-                if state.is_final():
-                    break
-                assert time.monotonic() < deadline, "the rl run did not finish in 10 minutes"
-                latest = checkpoints.latest(store, "deployed") if (root / "deployed").exists() else None
-                if killed_at is None and latest is not None and latest.version >= 1:
-                    pids = _trainer_lane_pids(str(root))
-                    if pids:
-                        for pid in pids:
-                            os.kill(pid, signal.SIGKILL)
-                        killed_at = latest.version
-                time.sleep(0.5)
-            assert state.is_completed(), f"rl run ended {state.type}: {state.message}"
-            keys = ["deployed-steps", "deployed-curve", "deployed-summary"]
-            artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)))
+    with (
+        temporary_settings(updates={PREFECT_API_URL: worker["PREFECT_API_URL"]}),
+        get_client(sync_client=True) as client,
+    ):
+        while True:
+            state = client.read_flow_run(flow_run_id).state
+            if state.is_final():
+                break
+            assert time.monotonic() < deadline, "the rl run did not finish in 10 minutes"
+            latest = checkpoints.latest(store, "deployed") if (root / "deployed").exists() else None
+            if killed_at is None and latest is not None and latest.version >= 1:
+                pids = _trainer_lane_pids(str(root))
+                if pids:
+                    for pid in pids:
+                        os.kill(pid, signal.SIGKILL)
+                    killed_at = latest.version
+            time.sleep(0.5)
+        assert state.is_completed(), f"rl run ended {state.type}: {state.message}"
+        keys = ["deployed-steps", "deployed-curve", "deployed-summary"]
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)))
     assert killed_at is not None and killed_at < STEPS + 1, "the trainer lane was not killed mid-run"
     assert {a.key for a in artifacts} == set(keys)
 
     lake = connect(store, "deployed")
-    shards = lake.sql("SELECT step, count(DISTINCT filename) AS files, count(*) AS episodes "
-                      "FROM read_parquet('" + str(root / "deployed/rollouts/*/*.parquet") + "', filename=true) "
-                      "GROUP BY step ORDER BY step").fetchall()
+    shards = lake.sql(
+        "SELECT step, count(DISTINCT filename) AS files, count(*) AS episodes "
+        "FROM read_parquet('" + str(root / "deployed/rollouts/*/*.parquet") + "', filename=true) "
+        "GROUP BY step ORDER BY step"
+    ).fetchall()
     assert shards == [(s, 1, 8) for s in range(STEPS)]
-    assert lake.sql("SELECT step, count(*) FROM steps GROUP BY step ORDER BY step").fetchall() == [(s, 1) for s in range(STEPS)]
+    assert lake.sql("SELECT step, count(*) FROM steps GROUP BY step ORDER BY step").fetchall() == [
+        (s, 1) for s in range(STEPS)
+    ]
     stale = lake.sql("SELECT max(step - min_policy_version) FROM rollouts").fetchall()[0][0]
     assert stale <= 1
     assert checkpoints.latest(store, "deployed").version == STEPS
     # Reproducible from the lake: the start's config, code version and corpus, and every episode's patch.
-    (kind, config, code, corpus), = lake.sql("SELECT kind, config, code_version, corpus_id FROM runs").fetchall()
+    ((kind, config, code, corpus),) = lake.sql("SELECT kind, config, code_version, corpus_id FROM runs").fetchall()
     assert kind == "rl" and json.loads(config)["rl"]["steps"] == STEPS and code.startswith(("git:", "tandem-rl "))
     assert corpus.startswith("sha256:")
     assert lake.sql("SELECT count(*) FROM rollouts WHERE patch IS NULL AND NOT infra_failure").fetchall() == [(0,)]

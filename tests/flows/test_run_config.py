@@ -38,11 +38,25 @@ def test_toml_and_overrides_compose(tmp_path):
 
 
 def test_overriding_one_nested_key_keeps_the_runs_other_defaults():
-    cfg = load_config(RunConfig, None, ["--inference.limits.max_concurrent_episodes", "256",
-                                        "--inference.sampling.temperature", "0.7", "--trainer.temperature", "0.7"])
+    cfg = load_config(
+        RunConfig,
+        None,
+        [
+            "--inference.limits.max_concurrent_episodes",
+            "256",
+            "--inference.sampling.temperature",
+            "0.7",
+            "--trainer.temperature",
+            "0.7",
+        ],
+    )
     default = RunConfig()
     assert cfg.inference.limits.max_concurrent_episodes == 256
-    assert cfg.inference.limits.max_total_tokens == default.inference.limits.max_total_tokens <= cfg.inference.max_model_len
+    assert (
+        cfg.inference.limits.max_total_tokens
+        == default.inference.limits.max_total_tokens
+        <= cfg.inference.max_model_len
+    )
     assert cfg.inference.sampling.max_tokens_per_turn == default.inference.sampling.max_tokens_per_turn
 
 

@@ -103,8 +103,14 @@ def _paused(port: int) -> bool:
 
 def _start(config: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "flows.cli", "run", "--config", str(config)], cwd=REPO, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", "run", "--config", str(config)],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -123,21 +129,42 @@ def faulted_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
         _until("a paused server (a weight update under way)", lambda: _paused(port), 600, proc, poll_s=0.02)
         os.killpg(pid, signal.SIGKILL)
         seen["vllm_killed"] = pid
-        seen["vllm_back"] = _until("a new vLLM server", lambda: (s := _vllm_server(root)) and s[0] != pid and s, 300, proc)
+        seen["vllm_back"] = _until(
+            "a new vLLM server", lambda: (s := _vllm_server(root)) and s[0] != pid and s, 300, proc
+        )
 
         # 2. The embedded Prefect server, while a step is in progress.
-        server = _until("the Prefect server", lambda: _procs(lambda cmd, ppid: ppid == proc.pid and "prefect server start" in cmd), 60, proc)
+        server = _until(
+            "the Prefect server",
+            lambda: _procs(lambda cmd, ppid: ppid == proc.pid and "prefect server start" in cmd),
+            60,
+            proc,
+        )
         os.killpg(server[0][0], signal.SIGKILL)
         seen["prefect_killed"] = server[0][0]
-        seen["prefect_back"] = _until("a new Prefect server", lambda: [p for p in _procs(
-            lambda cmd, ppid: ppid == proc.pid and "prefect server start" in cmd) if p[0] != server[0][0]], 120, proc)
+        seen["prefect_back"] = _until(
+            "a new Prefect server",
+            lambda: [
+                p
+                for p in _procs(lambda cmd, ppid: ppid == proc.pid and "prefect server start" in cmd)
+                if p[0] != server[0][0]
+            ],
+            120,
+            proc,
+        )
         # Healthy again before the next kill, or the run would be killed while still restarting it.
-        _until("the Prefect server back", lambda: "the Prefect server is back" in log.read_text(errors="replace"), 180, proc)
+        _until(
+            "the Prefect server back",
+            lambda: "the Prefect server is back" in log.read_text(errors="replace"),
+            180,
+            proc,
+        )
 
         # 3. The rollout lane (the run's process, and with it the whole run) in the middle of a step.
         def mid_step() -> int | None:
             done = [s for s in range(STEPS) if shards.shard_exists(store, RUN, s, "final")]
             return len(done) if 0 < len(done) < STEPS else None
+
         seen["killed_in_step"] = _until("a step in progress", mid_step, 600, proc)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
@@ -180,10 +207,14 @@ def test_a_killed_run_resumes_by_name_with_every_shard_once_and_staleness_within
     store, root = faulted_run["store"], faulted_run["root"]
     assert faulted_run["shards_before_rerun"] != list(range(STEPS))  # it was killed mid-run
     lake = connect(store, RUN)
-    files = lake.sql("SELECT step, count(DISTINCT filename), count(*), count(DISTINCT group_id || '/' || sample_index) "
-                     f"FROM read_parquet('{root}/{RUN}/rollouts/*/*.parquet', filename=true) GROUP BY step ORDER BY step").fetchall()
+    files = lake.sql(
+        "SELECT step, count(DISTINCT filename), count(*), count(DISTINCT group_id || '/' || sample_index) "
+        f"FROM read_parquet('{root}/{RUN}/rollouts/*/*.parquet', filename=true) GROUP BY step ORDER BY step"
+    ).fetchall()
     assert files == [(s, 1, BATCH, BATCH) for s in range(STEPS)]  # one shard per step; no episode lost or twice
-    assert lake.sql("SELECT step, count(*) FROM steps GROUP BY step ORDER BY step").fetchall() == [(s, 1) for s in range(STEPS)]
+    assert lake.sql("SELECT step, count(*) FROM steps GROUP BY step ORDER BY step").fetchall() == [
+        (s, 1) for s in range(STEPS)
+    ]
     assert lake.sql("SELECT max(step - min_policy_version) FROM rollouts").fetchall()[0][0] <= K
     assert checkpoints.latest(store, RUN).version == STEPS
 

@@ -14,8 +14,10 @@ from engines.trainer.demos import load_conversations
 from flows.cli import app
 
 CONVERSATIONS = [
-    [{"role": "user", "content": f"def add(a, b): return a - b  # case {i}"},
-     {"role": "assistant", "content": "edit m.py 1\n    return a + b\nsubmit"}]
+    [
+        {"role": "user", "content": f"def add(a, b): return a - b  # case {i}"},
+        {"role": "assistant", "content": "edit m.py 1\n    return a + b\nsubmit"},
+    ]
     for i in range(8)
 ]
 
@@ -32,9 +34,26 @@ def test_sft_fine_tunes_a_given_model_on_user_demonstrations(tmp_path: Path, tin
     data = tmp_path / "demos.jsonl"
     data.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS))
     out = tmp_path / "sft-model"
-    result = CliRunner().invoke(app, ["sft", "--model", str(tiny_model_dir), "--data", str(data), "--out", str(out),
-                                      "--sft.max_steps", "4", "--sft.batch_size", "4", "--sft.log_every", "2",
-                                      "--seq_len", "256"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "sft",
+            "--model",
+            str(tiny_model_dir),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--sft.max_steps",
+            "4",
+            "--sft.batch_size",
+            "4",
+            "--sft.log_every",
+            "2",
+            "--seq_len",
+            "256",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "[sft] 8 conversations" in result.output and "[sft] step 4 loss" in result.output
     assert (out / "config.json").is_file() and list(out.glob("*.safetensors"))
@@ -48,7 +67,9 @@ def test_sft_help_lists_the_trainer_keys() -> None:
 def test_sft_and_eval_errors_are_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"messages": "not a list"}\n')
-    result = CliRunner().invoke(app, ["sft", "--model", str(tmp_path), "--data", str(bad), "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        app, ["sft", "--model", str(tmp_path), "--data", str(bad), "--out", str(tmp_path / "o")]
+    )
     assert result.exit_code == 1 and result.output.startswith("error:") and "bad.jsonl:1" in result.output
     result = CliRunner().invoke(app, ["eval", "--eval.taskz", "3"])
     assert result.exit_code == 1 and "eval.taskz" in result.output and "did you mean eval.tasks" in result.output

@@ -4,7 +4,7 @@ and a builder of realistic episode tables."""
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
@@ -25,7 +25,7 @@ def make_episodes(run: str, step: int, n: int, seed: int = 0, first_index: int =
     """`n` episodes of (run, step) with every column filled; `sample_index` counts from
     `first_index` so tests can tell episodes apart after a round trip."""
     rng = random.Random(seed)
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     rows = []
     for i in range(first_index, first_index + n):
         completion = rng.randint(1, 40)

@@ -22,14 +22,19 @@ def test_a_truncated_or_garbage_file_is_named_and_the_rest_stays_queryable(lake_
     garbage = store.path("r/rollouts/step=2/w1.parquet")
     store.fs.pipe_file(garbage, b"not parquet at all")
 
-    with pytest.raises(CorruptFileError, match=f"{store.url('r/rollouts/step=1/w0.parquet')} is not a readable Parquet file"):
+    with pytest.raises(
+        CorruptFileError, match=f"{store.url('r/rollouts/step=1/w0.parquet')} is not a readable Parquet file"
+    ):
         shards.read_step(store, "r", 1)
     with pytest.raises(CorruptFileError, match="step=2/w1.parquet is not a readable Parquet file"):
         shards.read_step(store, "r", 2)
     assert shards.read_step(store, "r", 0).num_rows == 10
 
     lake = query.connect(store, "r")
-    assert sorted(lake.skipped) == [store.url("r/rollouts/step=1/w0.parquet"), store.url("r/rollouts/step=2/w1.parquet")]
+    assert sorted(lake.skipped) == [
+        store.url("r/rollouts/step=1/w0.parquet"),
+        store.url("r/rollouts/step=2/w1.parquet"),
+    ]
     assert lake.sql("SELECT step, count(*) FROM rollouts GROUP BY step ORDER BY step").fetchall() == [(0, 10), (2, 10)]
 
 

@@ -48,14 +48,21 @@ def test_views_over_one_run_and_all_runs_are_typed(lake_root: str) -> None:
     store = open_store(lake_root)
     one = query.connect(store, "a")
     assert column_types(one, "rollouts").items() >= EXPECTED_TYPES.items()
-    assert one.sql("SELECT step, count(*) FROM rollouts GROUP BY step ORDER BY step").fetchall() == [(0, 5), (1, 5), (2, 5)]
+    assert one.sql("SELECT step, count(*) FROM rollouts GROUP BY step ORDER BY step").fetchall() == [
+        (0, 5),
+        (1, 5),
+        (2, 5),
+    ]
     assert one.sql("SELECT step, reward_mean FROM steps ORDER BY step").fetchall() == [(0, 0.0), (1, 0.1), (2, 0.2)]
     assert one.sql("SELECT version, step FROM checkpoints").fetchall() == [(1, 0)]
     assert one.sql("SELECT count(*) FROM tasks").fetchall() == [(0,)]  # no corpus written: empty but typed
     assert column_types(one, "tasks")["FAIL_TO_PASS"] == "VARCHAR[]"
 
     every = query.connect(store)
-    assert every.sql("SELECT run_id, count(*) FROM rollouts GROUP BY run_id ORDER BY run_id").fetchall() == [("a", 15), ("b", 10)]
+    assert every.sql("SELECT run_id, count(*) FROM rollouts GROUP BY run_id ORDER BY run_id").fetchall() == [
+        ("a", 15),
+        ("b", 10),
+    ]
     assert every.sql("SELECT count(*) FROM checkpoints").fetchall() == [(1,)]
     assert column_types(every, "rollouts") == column_types(one, "rollouts")
     assert every.skipped == {}
@@ -94,6 +101,8 @@ def test_local_files_are_readable_by_plain_pyarrow_pandas_and_duckdb(tmp_path) -
 def test_s3_files_are_readable_by_plain_pyarrow(s3_server: dict[str, str], s3_bucket: str) -> None:
     fill_two_runs(f"s3://{s3_bucket}/lake")
     endpoint = s3_server["AWS_ENDPOINT_URL"]
-    s3 = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1", access_key="testing", secret_key="testing")
+    s3 = pafs.S3FileSystem(
+        endpoint_override=endpoint, scheme="http", region="us-east-1", access_key="testing", secret_key="testing"
+    )
     table = pq.read_table(f"{s3_bucket}/lake/b/rollouts", filesystem=s3)  # the step comes from the folder names
     assert sorted(table.column("step").to_pylist()) == [0] * 5 + [1] * 5

@@ -22,8 +22,14 @@ from tests.storage.conftest import make_episodes
 
 RUN = "r1"
 # table -> (rows written, partition key or None, the key's values)
-EXPECTED = {"rollouts": (6, "step", [0, 0, 0, 1, 1, 1]), "steps": (2, "step", [0, 1]), "tasks": (1, None, []),
-            "checkpoints": (2, "version", [0, 1]), "runs": (1, None, []), "rescores": (3, "step", [1, 1, 1])}
+EXPECTED = {
+    "rollouts": (6, "step", [0, 0, 0, 1, 1, 1]),
+    "steps": (2, "step", [0, 1]),
+    "tasks": (1, None, []),
+    "checkpoints": (2, "version", [0, 1]),
+    "runs": (1, None, []),
+    "rescores": (3, "step", [1, 1, 1]),
+}
 
 
 def fill_every_table(root: str) -> None:
@@ -37,7 +43,9 @@ def fill_every_table(root: str) -> None:
     task = {"instance_id": "t1", "FAIL_TO_PASS": ["test_a"], "PASS_TO_PASS": [], "env_name": "micro", "split": "train"}
     tables.write_tasks(store, RUN, pa.Table.from_pylist([task], schema=TASKS))
     runs.record_start(store, RUN, {"kind": "rl", "config": "{}", "code_version": "git:abc"})
-    rescored = [{"run_id": RUN, "step": 1, "source_run": "src", "reward": 1.0, "stored_reward": 1.0, "agrees": True}] * 3
+    rescored = [
+        {"run_id": RUN, "step": 1, "source_run": "src", "reward": 1.0, "stored_reward": 1.0, "agrees": True}
+    ] * 3
     tables.write_rescores(store, RUN, 1, pa.Table.from_pylist(rescored, schema=RESCORES))
 
 
@@ -98,7 +106,10 @@ def test_a_version_1_lake_is_read_here_and_migrated_for_everyone(tmp_path) -> No
         pd.read_parquet(f"{root}/{RUN}/rollouts")  # what a user met before
     store = open_store(root)
     lake = query.connect(store, RUN)
-    assert lake.sql("SELECT step, count(*), count(patch) FROM rollouts GROUP BY step ORDER BY step").fetchall() == [(0, 3, 0), (1, 3, 0)]
+    assert lake.sql("SELECT step, count(*), count(patch) FROM rollouts GROUP BY step ORDER BY step").fetchall() == [
+        (0, 3, 0),
+        (1, 3, 0),
+    ]
     assert checkpoints.latest(store, RUN).version == 1 and shards.read_step(store, RUN, 1).num_rows == 3
 
     report = migrate(store)

@@ -4,7 +4,7 @@ through the DuckDB views, on local disk and on S3."""
 from __future__ import annotations
 
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
@@ -18,9 +18,7 @@ from tests.storage.conftest import FINISH_REASONS, make_episodes
 
 _TOKEN = st.integers(min_value=0, max_value=2**31 - 1)
 _LOGPROB = st.floats(min_value=-1e4, max_value=0.0, width=32, allow_nan=False)
-_TIME = st.datetimes(
-    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)
-)
+_TIME = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC))
 
 
 @st.composite
@@ -115,7 +113,9 @@ def test_bad_columns_are_named(tmp_path) -> None:
     with pytest.raises(ValueError, match="required column 'task_id' is missing"):
         shards.write_shard(store, "r", 0, "w0", good.drop_columns(["task_id"]))
     with pytest.raises(ValueError, match=r"rollouts\.reward: cannot store string as double"):
-        shards.write_shard(store, "r", 0, "w0", good.set_column(good.schema.get_field_index("reward"), "reward", pa.array(["a", "b"])))
+        shards.write_shard(
+            store, "r", 0, "w0", good.set_column(good.schema.get_field_index("reward"), "reward", pa.array(["a", "b"]))
+        )
     with pytest.raises(ValueError, match="shard name '../x' is not allowed"):
         shards.write_shard(store, "r", 0, "../x", good)
 

@@ -34,8 +34,12 @@ def _free_port() -> int:
 
 
 def _start_moto(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -49,12 +53,21 @@ def _start_moto(port: int) -> subprocess.Popen:
 def _create_bucket(port: int, name: str) -> None:
     import boto3
 
-    boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-                 aws_access_key_id="testing", aws_secret_access_key="testing").create_bucket(Bucket=name)
+    boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    ).create_bucket(Bucket=name)
 
 
 def test_a_shard_write_survives_the_s3_server_killed_mid_upload(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(key, value)
     port = _free_port()
     moto = _start_moto(port)
@@ -65,7 +78,9 @@ def test_a_shard_write_survives_the_s3_server_killed_mid_upload(monkeypatch: pyt
             store = open_store(StorageConfig(root="s3://lake/runs", s3_endpoint_url=proxy.url, retries=8))
             result: dict = {}
             proxy.release.clear()  # the shard's PUT is held in flight at the proxy
-            writer = threading.Thread(target=lambda: result.update(uri=shards.write_shard(store, "r", 0, "final", table)))
+            writer = threading.Thread(
+                target=lambda: result.update(uri=shards.write_shard(store, "r", 0, "final", table))
+            )
             writer.start()
             assert proxy.put_arrived.wait(60), "the shard's PUT never came"
             proxy.throttle_first = 10**9  # SlowDown until the bucket exists again

@@ -63,7 +63,10 @@ def test_a_writer_killed_during_a_write_leaves_no_partial_shard(lake_root: str) 
         killed_at = rng.randint(1, 2)
         kill_during_write(proc, killed_at, rng)
         # Earlier shards are whole; the one being written is absent or whole, never partial.
-        visible = {Path(p).name: read_table(store, p).num_rows for p in store.fs.glob(store.path(f"r{attempt}/rollouts/step=7/*.parquet"))}
+        visible = {
+            Path(p).name: read_table(store, p).num_rows
+            for p in store.fs.glob(store.path(f"r{attempt}/rollouts/step=7/*.parquet"))
+        }
         expected = {f"s{i}.parquet": 500 + i % 2 for i in range(killed_at + 1)}
         assert visible.items() <= expected.items()
         assert set(expected) - set(visible) <= {f"s{killed_at}.parquet"}

@@ -28,7 +28,10 @@ def test_an_unreachable_store_fails_after_bounded_retries(s3_bucket: str) -> Non
     root = f"s3://{s3_bucket}/lake"
     down = open_store(StorageConfig(root=root, s3_endpoint_url=f"http://127.0.0.1:{closed_port()}", retries=1))
     started = time.monotonic()
-    with pytest.raises(StorageUnavailableError, match=rf"write s3://{s3_bucket}/lake/r/rollouts/step=0/w0.parquet failed .*after 2 attempts.*Check that the store is reachable"):
+    with pytest.raises(
+        StorageUnavailableError,
+        match=rf"write s3://{s3_bucket}/lake/r/rollouts/step=0/w0.parquet failed .*after 2 attempts.*Check that the store is reachable",
+    ):
         shards.write_shard(down, "r", 0, "w0", make_episodes("r", 0, 5))
     # botocore's standard backoff waits at most 1 s between the two attempts.
     assert time.monotonic() - started < 5
@@ -46,11 +49,15 @@ def test_throttled_requests_are_retried_until_they_succeed(s3_server: dict[str, 
     assert shards.read_step(open_store(root), "r", 0).num_rows == 5
 
 
-def test_a_store_that_keeps_throttling_gets_exactly_the_configured_attempts(s3_server: dict[str, str], s3_bucket: str) -> None:
+def test_a_store_that_keeps_throttling_gets_exactly_the_configured_attempts(
+    s3_server: dict[str, str], s3_bucket: str
+) -> None:
     root = f"s3://{s3_bucket}/lake"
     with ThrottlingProxy(s3_server["AWS_ENDPOINT_URL"], throttle_first=10**6) as proxy:
         store = open_store(StorageConfig(root=root, s3_endpoint_url=proxy.url, retries=2))
-        with pytest.raises(StorageUnavailableError, match="after 3 attempts.*SlowDown|after 3 attempts.*reduce your request rate"):
+        with pytest.raises(
+            StorageUnavailableError, match="after 3 attempts.*SlowDown|after 3 attempts.*reduce your request rate"
+        ):
             shards.write_shard(store, "r", 0, "w0", make_episodes("r", 0, 5))
         assert proxy.requests == 3
     assert not shards.shard_exists(open_store(root), "r", 0, "w0")

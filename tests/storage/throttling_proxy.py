@@ -31,7 +31,7 @@ class ThrottlingProxy:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def __enter__(self) -> "ThrottlingProxy":
+    def __enter__(self) -> ThrottlingProxy:
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
@@ -63,7 +63,11 @@ class ThrottlingProxy:
                 conn.request(self.command, self.path, body=body, headers=dict(self.headers))
                 resp = conn.getresponse()
                 data = resp.read()
-                headers = {k: v for k, v in resp.getheaders() if k.lower() not in ("transfer-encoding", "connection", "content-length")}
+                headers = {
+                    k: v
+                    for k, v in resp.getheaders()
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length")
+                }
                 self._reply(resp.status, headers, data)
                 conn.close()
 

@@ -12,14 +12,18 @@ from engines.env.micro import generate_micro_tasks
 from engines.env.types import Task
 
 # Small limits keep the security battery fast: 5 s wall, 3 s CPU, 256 MiB, 48 processes.
-FAST_LIMITS = SandboxLimits(memory_mb=256, max_processes=48, cpu_seconds=3, file_size_mb=8, wall_timeout_s=5.0, output_bytes=64_000)
+FAST_LIMITS = SandboxLimits(
+    memory_mb=256, max_processes=48, cpu_seconds=3, file_size_mb=8, wall_timeout_s=5.0, output_bytes=64_000
+)
 
 
 def bwrap_available() -> bool:
     return shutil.which("bwrap") is not None
 
 
-needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed (apt-get install bubblewrap)")
+needs_bwrap = pytest.mark.skipif(
+    not bwrap_available(), reason="bubblewrap is not installed (apt-get install bubblewrap)"
+)
 
 
 @pytest.fixture(scope="session")
@@ -39,8 +43,13 @@ def real_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from engines.env.corpus import save_corpus
 
     out = tmp_path_factory.mktemp("real-corpus")
-    config = BuildConfig(projects=["tinydb"], tasks_per_project=3, max_mutants_per_project=24, baseline_runs=2,
-                         env=EnvConfig(workers=2, scratch_dir=str(out / "scratch")))
+    config = BuildConfig(
+        projects=["tinydb"],
+        tasks_per_project=3,
+        max_mutants_per_project=24,
+        baseline_runs=2,
+        env=EnvConfig(workers=2, scratch_dir=str(out / "scratch")),
+    )
     tasks, reports = build_corpus(config, out)
     save_corpus(tasks, out)
     return out

@@ -50,27 +50,46 @@ def test_decisions_agree_with_swebench(real_corpus, env_config, tmp_path):
 
     rng = random.Random(0)
     tasks = load_corpus(real_corpus) + generate_micro_tasks(6, seed=21)
-    config = env_config.model_copy(update={"limits": env_config.limits.model_copy(update={"wall_timeout_s": 60, "cpu_seconds": 60, "memory_mb": 1024})})
+    config = env_config.model_copy(
+        update={
+            "limits": env_config.limits.model_copy(update={"wall_timeout_s": 60, "cpu_seconds": 60, "memory_mb": 1024})
+        }
+    )
     runner = make_runner(config)
     decisions = []
     for task in tasks:
         ws = Workspace.for_task(task, tmp_path / "ws")
-        spec = TestSpec(instance_id=task.instance_id, image="", eval_script_list=[], repo=task.repo, version=task.version,
-                        FAIL_TO_PASS=list(task.FAIL_TO_PASS), PASS_TO_PASS=list(task.PASS_TO_PASS),
-                        log_parser=task.log_parser, eval_type="pass_and_fail")
+        spec = TestSpec(
+            instance_id=task.instance_id,
+            image="",
+            eval_script_list=[],
+            repo=task.repo,
+            version=task.version,
+            FAIL_TO_PASS=list(task.FAIL_TO_PASS),
+            PASS_TO_PASS=list(task.PASS_TO_PASS),
+            log_parser=task.log_parser,
+            eval_type="pass_and_fail",
+        )
         with WarmPytest(config, runner, ws.root) as warm:
             for k, patch in enumerate(_variants(task, rng)):
                 ws.reset()
                 assert ws.apply(filter_patch(patch).text) == ""
-                runs = {"cold": runner.run(targeted_command(task), ws.root), "warm": warm.run(pytest_args(targeted_command(task)))}
+                runs = {
+                    "cold": runner.run(targeted_command(task), ws.root),
+                    "warm": warm.run(pytest_args(targeted_command(task))),
+                }
                 reports = {}
                 for kind, run in runs.items():  # a fresh sandbox per run, and the warm one: same decisions
                     log = frame_log(run.output, run.exit_code)
                     log_path = tmp_path / f"{task.instance_id}-{k}-{kind}.log"
                     log_path.write_text(log)
                     ours = reports[kind] = evaluate(log, task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS)
-                    theirs = get_eval_report(spec, {"instance_id": task.instance_id, "model_patch": patch,
-                                                    "model_name_or_path": "test"}, str(log_path), True)[task.instance_id]
+                    theirs = get_eval_report(
+                        spec,
+                        {"instance_id": task.instance_id, "model_patch": patch, "model_name_or_path": "test"},
+                        str(log_path),
+                        True,
+                    )[task.instance_id]
                     assert ours.resolved == theirs["resolved"], (task.instance_id, k, kind, log[-2000:])
                     if theirs.get("tests_status"):
                         status = theirs["tests_status"]

@@ -21,7 +21,7 @@ from flows.tasks_cli import app
 
 from .conftest import needs_bwrap
 
-CALC = '''\
+CALC = """\
 from helperdep import double
 
 
@@ -39,9 +39,9 @@ def clamp(value, low, high):
     if value > high:
         return high
     return value
-'''
+"""
 
-CALC_TESTS = '''\
+CALC_TESTS = """\
 from helperdep import double
 
 from calc import area, clamp, perimeter
@@ -65,7 +65,7 @@ def test_clamp_high():
 
 def test_clamp_inside():
     assert clamp(5, 0, 10) == 5
-'''
+"""
 
 
 def make_wheel(folder: Path) -> Path:
@@ -75,9 +75,13 @@ def make_wheel(folder: Path) -> Path:
         "helperdep-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: helperdep\nVersion: 1.0\n",
         "helperdep-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    record = "".join(
-        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
-        for name, data in files.items()) + "helperdep-1.0.dist-info/RECORD,,\n"
+    record = (
+        "".join(
+            f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
+            for name, data in files.items()
+        )
+        + "helperdep-1.0.dist-info/RECORD,,\n"
+    )
     path = folder / "helperdep-1.0-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as z:
         for name, data in {**files, "helperdep-1.0.dist-info/RECORD": record.encode()}.items():
@@ -93,11 +97,14 @@ def make_projects(root: Path) -> tuple[Path, Path]:
     (calc / "tests" / "test_calc.py").write_text(CALC_TESTS)
     (calc / "pyproject.toml").write_text(
         f'[project]\nname = "calc"\nversion = "0.1"\ndependencies = ["helperdep @ {wheel.as_uri()}"]\n'
-        '[project.optional-dependencies]\ntest = ["pytest>=7"]\n')
+        '[project.optional-dependencies]\ntest = ["pytest>=7"]\n'
+    )
     broken = root / "broken"
     (broken / "tests").mkdir(parents=True)
     (broken / "broken.py").write_text("def one():\n    return 1\n")
-    (broken / "tests" / "test_broken.py").write_text("import module_nobody_installs\n\n\ndef test_one():\n    assert True\n")
+    (broken / "tests" / "test_broken.py").write_text(
+        "import module_nobody_installs\n\n\ndef test_one():\n    assert True\n"
+    )
     return calc, broken
 
 
@@ -107,8 +114,10 @@ def test_requirements_come_from_pyproject_or_setup_cfg(tmp_path: Path) -> None:
     assert declared_requirements(broken) == []  # a bare folder declares nothing
     cfg = tmp_path / "cfgproj"
     cfg.mkdir()
-    (cfg / "setup.cfg").write_text("[options]\ninstall_requires =\n    attrs>=20\n    face==20.1.1\n"
-                                   "[options.extras_require]\ntesting = hypothesis\ndocs = sphinx\n")
+    (cfg / "setup.cfg").write_text(
+        "[options]\ninstall_requires =\n    attrs>=20\n    face==20.1.1\n"
+        "[options.extras_require]\ntesting = hypothesis\ndocs = sphinx\n"
+    )
     assert declared_requirements(cfg) == ["attrs>=20", "face==20.1.1", "hypothesis"]
 
 
@@ -120,8 +129,24 @@ def test_build_skips_a_broken_project_and_saves_the_others_with_their_dependenci
     monkeypatch.setenv("TANDEM_ENV_SCRATCH", str(tmp_path / "scratch"))
     calc, broken = make_projects(tmp_path)
     out = tmp_path / "corpus"
-    result = CliRunner().invoke(app, ["build", "--out", str(out), "-p", str(calc), "-p", str(broken),
-                                      "--tasks-per-project", "2", "--max-mutants", "16", "--workers", "2"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "build",
+            "--out",
+            str(out),
+            "-p",
+            str(calc),
+            "-p",
+            str(broken),
+            "--tasks-per-project",
+            "2",
+            "--max-mutants",
+            "16",
+            "--workers",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "skipped broken" in result.output and "no test passes reliably" in result.output
     tasks = load_corpus(out)

@@ -26,7 +26,11 @@ def test_built_tasks_are_valid_and_gold_resolves_while_empty_does_not(real_corpu
         meta = json.loads(task.metadata)
         assert meta["bug_patch"] and meta["file"].startswith("tinydb/")
     assert not (real_corpus / "snapshots" / "tinydb-4.9.0" / "tinydb" / "__pycache__").exists()
-    config = env_config.model_copy(update={"limits": env_config.limits.model_copy(update={"wall_timeout_s": 60, "cpu_seconds": 60, "memory_mb": 1024})})
+    config = env_config.model_copy(
+        update={
+            "limits": env_config.limits.model_copy(update={"wall_timeout_s": 60, "cpu_seconds": 60, "memory_mb": 1024})
+        }
+    )
     with GradingPool(config) as pool:
         gold = pool.grade_many([(t, t.patch) for t in tasks])
         empty = pool.grade_many([(t, "") for t in tasks])

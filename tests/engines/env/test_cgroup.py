@@ -25,7 +25,10 @@ def test_the_caps_hold_on_this_hosts_cgroup_version(tmp_path: Path) -> None:
     """A fork bomb and a memory hog in the real sandbox, on whichever version the host has."""
     limits = SandboxLimits(memory_mb=64, max_processes=16, cpu_seconds=5, wall_timeout_s=15)
     runner = make_runner(EnvConfig(limits=limits, scratch_dir=str(tmp_path)))
-    forks = runner.run("python3 -c \"import os\nn=0\ntry:\n  for _ in range(200):\n    if os.fork()==0:\n      import time; time.sleep(3); os._exit(0)\n    n+=1\nexcept OSError: pass\nprint('forked', n)\"", tmp_path)
+    forks = runner.run(
+        "python3 -c \"import os\nn=0\ntry:\n  for _ in range(200):\n    if os.fork()==0:\n      import time; time.sleep(3); os._exit(0)\n    n+=1\nexcept OSError: pass\nprint('forked', n)\"",
+        tmp_path,
+    )
     assert "forked" in forks.output, forks.output
     assert int(forks.output.split("forked")[1].split()[0]) < 16, forks.output  # pids.max held
     hog = runner.run("python3 -c \"x = bytearray(512 * 2**20); print('allocated')\"", tmp_path)

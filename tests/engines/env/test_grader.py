@@ -39,7 +39,9 @@ def _edit(task: Task, new_module: str) -> str:
 
 def test_bad_patches_are_graded_failures_and_the_pool_keeps_serving(micro_tasks, env_config):
     task = micro_tasks[0]
-    not_applying = "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,2 @@\n-nothing like this\n+x\n context\n"
+    not_applying = (
+        "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,2 @@\n-nothing like this\n+x\n context\n"
+    )
     huge = _edit(task, base_files(task)["m.py"].decode() + "#" * (50 * 2**20) + "\n")
     cases = [not_applying, "\0\x7fELF binary junk \xff", huge, "just words, no diff", 12345]
     with GradingPool(env_config) as pool:

@@ -41,7 +41,6 @@ def test_gold_patch_restores_a_module_that_passes_its_own_tests():
 
 
 def test_oracle_episode_follows_the_protocol_and_is_compact(tiny_model_dir):
-    from transformers import AutoTokenizer
 
     from engines.model.tokenizer import train_tokenizer
 

@@ -22,8 +22,16 @@ def g(a, b):
 def test_every_mutation_changes_one_spot_and_still_parses():
     found = mutations(SOURCE)
     kinds = {m.kind for m in found}
-    assert {"operator", "comparison", "boolean_operator", "constant", "swapped_operands", "removed_not",
-            "inverted_condition", "removed_statement"} <= kinds
+    assert {
+        "operator",
+        "comparison",
+        "boolean_operator",
+        "constant",
+        "swapped_operands",
+        "removed_not",
+        "inverted_condition",
+        "removed_statement",
+    } <= kinds
     for m in found:
         mutant = m.apply(SOURCE)
         assert mutant != SOURCE

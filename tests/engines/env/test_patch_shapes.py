@@ -22,8 +22,6 @@ from hypothesis import strategies as st
 from engines.env.patches import filter_patch, is_allowed
 from engines.env.workspace import Workspace, git_apply
 
-from .conftest import micro_tasks, env_config  # noqa: F401 - fixtures
-
 pytestmark = pytest.mark.faults
 
 BASE = {
@@ -37,8 +35,20 @@ BASE = {
     "pytest.ini": b"[pytest]\n",
 }
 # Files that decide how tests run or what they check: a patch may never change these.
-PROTECTED = ["tests/test_m.py", "conftest.py", "pytest.ini", "setup.cfg", "tox.ini", "pyproject.toml",
-             "sitecustomize.py", "usercustomize.py", "evil.pth", "pkg/conftest.py", "test_extra.py", "tests/helper.py"]
+PROTECTED = [
+    "tests/test_m.py",
+    "conftest.py",
+    "pytest.ini",
+    "setup.cfg",
+    "tox.ini",
+    "pyproject.toml",
+    "sitecustomize.py",
+    "usercustomize.py",
+    "evil.pth",
+    "pkg/conftest.py",
+    "test_extra.py",
+    "tests/helper.py",
+]
 SOURCES = ["m.py", "pkg/core.py", "pkg/new.py"]
 
 
@@ -83,7 +93,11 @@ def section(kind: str, path: str, style: str) -> str:
         return f"diff --git {src_a} {b}\nsimilarity index 100%\n{verb} from m.py\n{verb} to {path}\n"
     if kind == "rename_away":  # deletes a test by moving it into the source
         _, dst_b = _names("pkg/moved.py", style)
-        return f"diff --git {a} {dst_b}\nsimilarity index 100%\nrename from {path}\nrename to pkg/moved.py\n" if exists else ""
+        return (
+            f"diff --git {a} {dst_b}\nsimilarity index 100%\nrename from {path}\nrename to pkg/moved.py\n"
+            if exists
+            else ""
+        )
     if kind == "mode":
         return f"diff --git {a} {b}\nold mode 100644\nnew mode 100755\n" if exists else ""
     if kind == "symlink":  # a source name that points at the test file
@@ -91,17 +105,29 @@ def section(kind: str, path: str, style: str) -> str:
         la, lb = _names(link, style)
         return f"diff --git {la} {lb}\nnew file mode 120000\n--- /dev/null\n+++ {lb}\n@@ -0,0 +1 @@\n+../{path}\n\\ No newline at end of file\n"
     if kind == "dotdot":
-        return f"diff --git a/pkg/../{path} b/pkg/../{path}\n--- a/pkg/../{path}\n+++ b/pkg/../{path}\n@@ -1,{k} +1,{n} @@\n{minus}{body}" if exists else ""
+        return (
+            f"diff --git a/pkg/../{path} b/pkg/../{path}\n--- a/pkg/../{path}\n+++ b/pkg/../{path}\n@@ -1,{k} +1,{n} @@\n{minus}{body}"
+            if exists
+            else ""
+        )
     if kind == "plain":  # no diff --git line at all
         src = f"a/{path}" if exists else "/dev/null"
         return f"--- {src}\n+++ b/{path}\n@@ -{'1' if exists else '0'},{k} +1,{n} @@\n{minus}{body}"
     if kind == "hidden":  # an allowed git section with a bare pair for `path` inside it
         src = f"a/{path}" if exists else "/dev/null"
-        return (f"diff --git a/pkg/core.py b/pkg/core.py\n--- a/pkg/core.py\n+++ b/pkg/core.py\n@@ -1,2 +1,2 @@\n"
-                f" def f():\n-    return 1\n+    return 2\n--- {src}\n+++ b/{path}\n@@ -{'1' if exists else '0'},{k} +1,{n} @@\n{minus}{body}")
+        return (
+            f"diff --git a/pkg/core.py b/pkg/core.py\n--- a/pkg/core.py\n+++ b/pkg/core.py\n@@ -1,2 +1,2 @@\n"
+            f" def f():\n-    return 1\n+    return 2\n--- {src}\n+++ b/{path}\n@@ -{'1' if exists else '0'},{k} +1,{n} @@\n{minus}{body}"
+        )
     if kind == "binary":
-        return (f"diff --git {a} {b}\nnew file mode 100644\n{BINARY_INDEX}\nGIT binary patch\n"
-                f"literal {len(BINARY)}\n{BINARY_LITERAL}\n\nliteral 0\nHcmV?d00001\n\n") if not exists else ""
+        return (
+            (
+                f"diff --git {a} {b}\nnew file mode 100644\n{BINARY_INDEX}\nGIT binary patch\n"
+                f"literal {len(BINARY)}\n{BINARY_LITERAL}\n\nliteral 0\nHcmV?d00001\n\n"
+            )
+            if not exists
+            else ""
+        )
     raise ValueError(kind)
 
 
@@ -121,8 +147,20 @@ def _binary_literal() -> tuple[bytes, str, str]:
 
 
 BINARY, BINARY_LITERAL, BINARY_INDEX = _binary_literal()
-KINDS = ["write", "create", "delete", "rename_onto", "copy_onto", "rename_away", "mode", "symlink", "dotdot",
-         "plain", "hidden", "binary"]
+KINDS = [
+    "write",
+    "create",
+    "delete",
+    "rename_onto",
+    "copy_onto",
+    "rename_away",
+    "mode",
+    "symlink",
+    "dotdot",
+    "plain",
+    "hidden",
+    "binary",
+]
 STYLES = ["plain", "quoted", "octal"]
 ALLOWED_EDIT = "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
 
@@ -165,9 +203,16 @@ def test_no_kept_section_reaches_a_protected_path(shape) -> None:
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.sampled_from(["write", "create", "delete", "rename_onto", "copy_onto", "mode", "binary"]).flatmap(
-    lambda kind: st.tuples(st.just(kind), st.sampled_from(PROTECTED), st.sampled_from(STYLES))), min_size=1, max_size=3),
-    st.integers(0, 3))
+@given(
+    st.lists(
+        st.sampled_from(["write", "create", "delete", "rename_onto", "copy_onto", "mode", "binary"]).flatmap(
+            lambda kind: st.tuples(st.just(kind), st.sampled_from(PROTECTED), st.sampled_from(STYLES))
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    st.integers(0, 3),
+)
 def test_a_source_edit_beside_separate_attack_sections_is_kept(attacks, edit_at) -> None:
     patch = _assemble(attacks, edit_at, False)
     filtered = filter_patch(patch)
@@ -186,7 +231,11 @@ def test_each_shape_alone_changes_no_protected_file(kind: str, style: str) -> No
     raw_error, raw_changed, raw_links = _applied_changes(text)
     # git itself refuses '..' paths; a mode change leaves the content as it was.
     if kind not in ("dotdot", "mode"):
-        assert raw_error == "" and (raw_links or any(not is_allowed(p) for p in raw_changed)), (kind, raw_error, raw_changed)
+        assert raw_error == "" and (raw_links or any(not is_allowed(p) for p in raw_changed)), (
+            kind,
+            raw_error,
+            raw_changed,
+        )
     filtered = filter_patch(text)
     if filtered.text:
         error, changed, links = _applied_changes(filtered.text)
@@ -204,8 +253,10 @@ def test_a_quoted_conftest_after_a_source_edit_does_not_resolve_a_task(micro_tas
     base = base_files(task)
     edit = unified_diff(base, base | {"m.py": base["m.py"] + b"\n# harmless\n"})
     hook = "".join("+" + line + "\n" for line in HOOK.splitlines())
-    conftest = (f'diff --git "a/conftest.py" "b/conftest.py"\nnew file mode 100644\n--- /dev/null\n'
-                f'+++ "b/conftest.py"\n@@ -0,0 +1,{len(HOOK.splitlines())} @@\n{hook}')
+    conftest = (
+        f'diff --git "a/conftest.py" "b/conftest.py"\nnew file mode 100644\n--- /dev/null\n'
+        f'+++ "b/conftest.py"\n@@ -0,0 +1,{len(HOOK.splitlines())} @@\n{hook}'
+    )
     with GradingPool(env_config, workers=1) as pool:
         attacked = pool.grade_one(task, edit + conftest)
         gold = pool.grade_one(task, task.patch)

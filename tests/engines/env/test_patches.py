@@ -5,9 +5,23 @@ from engines.env.workspace import unified_diff
 def test_source_files_are_allowed_and_test_or_config_files_are_not():
     assert is_allowed("pkg/core.py")
     assert is_allowed("m.py")
-    for path in ["tests/test_core.py", "pkg/tests/helpers.py", "test_m.py", "conftest.py", "pkg/conftest.py",
-                 "setup.py", "setup.cfg", "pyproject.toml", "tox.ini", "pytest.ini", "evil.pth",
-                 "sitecustomize.py", "../outside.py", "/etc/passwd", "core_test.py"]:
+    for path in [
+        "tests/test_core.py",
+        "pkg/tests/helpers.py",
+        "test_m.py",
+        "conftest.py",
+        "pkg/conftest.py",
+        "setup.py",
+        "setup.cfg",
+        "pyproject.toml",
+        "tox.ini",
+        "pytest.ini",
+        "evil.pth",
+        "sitecustomize.py",
+        "../outside.py",
+        "/etc/passwd",
+        "core_test.py",
+    ]:
         assert not is_allowed(path), path
     assert not is_allowed("pkg/check.py", frozenset({"pkg/check.py"}))
 
@@ -27,6 +41,8 @@ def test_filter_refuses_binary_and_unreadable_patches():
 
 
 def test_plain_diff_without_git_headers_is_split_per_file():
-    patch = "--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n--- a/test_m.py\n+++ b/test_m.py\n@@ -1 +1 @@\n-a\n+b\n"
+    patch = (
+        "--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n--- a/test_m.py\n+++ b/test_m.py\n@@ -1 +1 @@\n-a\n+b\n"
+    )
     filtered = filter_patch(patch)
     assert "m.py" in filtered.text and filtered.dropped == ("test_m.py",)

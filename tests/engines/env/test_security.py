@@ -89,19 +89,48 @@ def test_attacks_are_contained_and_graded_as_failures(micro_tasks, env_config, h
     )
     base5 = base_files(t[5])
     attacks = {
-        "network": (net_task, _module_patch(net_task,
-            f"import socket\nexec(socket.create_connection(('127.0.0.1', {port}), timeout=2).makefile().read())")),
+        "network": (
+            net_task,
+            _module_patch(
+                net_task,
+                f"import socket\nexec(socket.create_connection(('127.0.0.1', {port}), timeout=2).makefile().read())",
+            ),
+        ),
         "read_outside": (t[4], _module_patch(t[4], f"exec(open({str(host_dir / 'fixed_module.py')!r}).read())")),
-        "write_outside": (t[5], _module_patch(t[5],
-            f"for p in [{str(host_dir / 'sentinel.txt')!r}, {str(host_dir / 'new.txt')!r}, '/usr/pwned', '/pwned']:\n"
-            "    try:\n        open(p, 'w').write('pwned')\n    except OSError:\n        pass")),
-        "fork_bomb": (t[6], _module_patch(t[6], "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass")),
-        "memory_bomb": (t[7], _module_patch(t[7], "blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 2**20))")),
+        "write_outside": (
+            t[5],
+            _module_patch(
+                t[5],
+                f"for p in [{str(host_dir / 'sentinel.txt')!r}, {str(host_dir / 'new.txt')!r}, '/usr/pwned', '/pwned']:\n"
+                "    try:\n        open(p, 'w').write('pwned')\n    except OSError:\n        pass",
+            ),
+        ),
+        "fork_bomb": (
+            t[6],
+            _module_patch(
+                t[6], "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+            ),
+        ),
+        "memory_bomb": (
+            t[7],
+            _module_patch(t[7], "blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 2**20))"),
+        ),
         "busy_loop": (t[8], _module_patch(t[8], "while True:\n    pass")),
         "sleep_past_timeout": (t[9], _module_patch(t[9], "import time\ntime.sleep(60)")),
-        "kill_parent": (t[10], _module_patch(t[10], "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(-1, signal.SIGKILL)")),
-        "huge_output": (t[11], _module_patch(t[11], "import sys\nfor _ in range(2000):\n    sys.stdout.write('x' * 100000 + '\\n')")),
-        "conftest_rewrites_failures": (t[12], unified_diff(base_files(t[12]), base_files(t[12]) | {"conftest.py": conftest_hack.encode()})),
+        "kill_parent": (
+            t[10],
+            _module_patch(
+                t[10], "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(-1, signal.SIGKILL)"
+            ),
+        ),
+        "huge_output": (
+            t[11],
+            _module_patch(t[11], "import sys\nfor _ in range(2000):\n    sys.stdout.write('x' * 100000 + '\\n')"),
+        ),
+        "conftest_rewrites_failures": (
+            t[12],
+            unified_diff(base_files(t[12]), base_files(t[12]) | {"conftest.py": conftest_hack.encode()}),
+        ),
         "delete_tests": (t[5], unified_diff(base5, {k: v for k, v in base5.items() if k != "test_m.py"})),
         "edit_tests": (t[5], unified_diff(base5, base5 | {"test_m.py": b"def test_nothing():\n    assert True\n"})),
     }
@@ -129,18 +158,34 @@ def test_a_run_leaves_nothing_behind_for_the_next_run_in_a_warm_sandbox(micro_ta
     answer forged into the server's channel. The next task (empty patch) must fail."""
     victim = micro_tasks[14]
     fixed = _fixed_source(victim)
-    forged = json.dumps({"exit_code": 0, "truncated": False, "timed_out": False,
-                         "output": "\n".join(f"PASSED {t}" for t in (*victim.FAIL_TO_PASS, *victim.PASS_TO_PASS))})
+    forged = json.dumps(
+        {
+            "exit_code": 0,
+            "truncated": False,
+            "timed_out": False,
+            "output": "\n".join(f"PASSED {t}" for t in (*victim.FAIL_TO_PASS, *victim.PASS_TO_PASS)),
+        }
+    )
     attacks = {
-        "daemon": _module_patch(micro_tasks[15], (
-            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            f"        for _ in range(400):\n            time.sleep(0.02)\n"
-            f"            try:\n                open('/repo/m.py', 'w').write({fixed!r})\n            except OSError:\n                pass\n"
-            "        os._exit(0)\n    os._exit(0)")),
-        "tmp_plant": _module_patch(micro_tasks[16], f"open('/tmp/m.py', 'w').write({fixed!r})\nopen('/tmp/conftest.py', 'w').write('')"),
-        "forge_answer": _module_patch(micro_tasks[17], (
-            "import os\nfor fd in range(64):\n    for path in (f'/proc/{os.getppid()}/fd/{fd}', f'/proc/1/fd/{fd}'):\n"
-            f"        try:\n            f = open(path, 'w'); f.write({forged!r} + '\\n'); f.close()\n        except OSError:\n            pass")),
+        "daemon": _module_patch(
+            micro_tasks[15],
+            (
+                "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+                f"        for _ in range(400):\n            time.sleep(0.02)\n"
+                f"            try:\n                open('/repo/m.py', 'w').write({fixed!r})\n            except OSError:\n                pass\n"
+                "        os._exit(0)\n    os._exit(0)"
+            ),
+        ),
+        "tmp_plant": _module_patch(
+            micro_tasks[16], f"open('/tmp/m.py', 'w').write({fixed!r})\nopen('/tmp/conftest.py', 'w').write('')"
+        ),
+        "forge_answer": _module_patch(
+            micro_tasks[17],
+            (
+                "import os\nfor fd in range(64):\n    for path in (f'/proc/{os.getppid()}/fd/{fd}', f'/proc/1/fd/{fd}'):\n"
+                f"        try:\n            f = open(path, 'w'); f.write({forged!r} + '\\n'); f.close()\n        except OSError:\n            pass"
+            ),
+        ),
     }
     config = env_config.model_copy(update={"warm_pytest": True})
     with GradingPool(config, workers=1) as pool:  # one worker: every run shares the copy and the sandbox
@@ -159,7 +204,9 @@ def test_sandbox_sees_only_the_repository_loopback_and_a_clean_environment(env_c
         run = make_runner(env_config).run(
             "echo env:$TANDEM_TEST_SECRET; tail -n +3 /proc/net/dev | cut -d: -f1; ls /proc | grep -c '^[0-9]'; "
             "touch /repo/ok && echo repo-writable; touch /usr/x 2>/dev/null || echo usr-readonly; "
-            "ls /root/.ssh 2>/dev/null | wc -l; id -u", tmp_path)
+            "ls /root/.ssh 2>/dev/null | wc -l; id -u",
+            tmp_path,
+        )
     finally:
         del os.environ["TANDEM_TEST_SECRET"]
     lines = run.output.split()

@@ -26,8 +26,12 @@ NEW_TESTS = "from shapes import middle\n\n\ndef test_middle():\n    assert middl
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def make_clone(root: Path) -> tuple[Path, str]:
@@ -47,13 +51,18 @@ def make_clone(root: Path) -> tuple[Path, str]:
 
 def swebench_record(base: str) -> dict:
     return {  # the fields and encodings of SWE-bench's own JSONL
-        "instance_id": "acme__shapes-1", "repo": "acme/shapes", "base_commit": base, "version": "1.0",
+        "instance_id": "acme__shapes-1",
+        "repo": "acme/shapes",
+        "base_commit": base,
+        "version": "1.0",
         "problem_statement": "middle() returns the smallest value, not the middle one.",
         "patch": unified_diff({"shapes.py": BUGGY.encode()}, {"shapes.py": FIXED.encode()}),
         "test_patch": unified_diff({}, {"tests/test_middle.py": NEW_TESTS.encode()}),
         "FAIL_TO_PASS": json.dumps(["tests/test_middle.py::test_middle"]),
         "PASS_TO_PASS": json.dumps(["tests/test_shapes.py::test_double"]),
-        "created_at": "2024-01-01T00:00:00Z", "hints_text": "", "environment_setup_commit": base,
+        "created_at": "2024-01-01T00:00:00Z",
+        "hints_text": "",
+        "environment_setup_commit": base,
     }
 
 
@@ -83,5 +92,7 @@ def test_a_record_without_a_source_or_with_an_unknown_commit_is_one_line(tmp_pat
     result = CliRunner().invoke(app, ["import", str(records), "--out", str(tmp_path / "c")])
     assert result.exit_code == 1 and "no source for repository 'acme/shapes'" in result.output
     records.write_text(json.dumps(swebench_record("f" * 40)) + "\n")
-    result = CliRunner().invoke(app, ["import", str(records), "--out", str(tmp_path / "c"), "--repo", f"acme/shapes={repo}"])
+    result = CliRunner().invoke(
+        app, ["import", str(records), "--out", str(tmp_path / "c"), "--repo", f"acme/shapes={repo}"]
+    )
     assert result.exit_code == 1 and "has no commit ffff" in result.output

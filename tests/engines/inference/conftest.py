@@ -42,7 +42,9 @@ def small_config(model_dir: Path, **overrides: Any) -> InferenceConfig:
 def vllm_available() -> str:
     path = os.environ.get(VLLM_PYTHON_ENV)
     if not path or not Path(path).is_file():
-        pytest.fail(f"{VLLM_PYTHON_ENV} must name the vLLM environment's python: source scripts/setup.sh, or deselect with -m 'not vllm'")
+        pytest.fail(
+            f"{VLLM_PYTHON_ENV} must name the vLLM environment's python: source scripts/setup.sh, or deselect with -m 'not vllm'"
+        )
     return path
 
 

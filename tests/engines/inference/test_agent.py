@@ -37,7 +37,9 @@ class CountingTestEnv:
     open_max = 0
     lock = threading.Lock()
 
-    def __init__(self, submit_after: int = 2, step_sleep_s: float = 0.0, fail_on_step: bool = False, prompt_text: str = "fix add") -> None:
+    def __init__(
+        self, submit_after: int = 2, step_sleep_s: float = 0.0, fail_on_step: bool = False, prompt_text: str = "fix add"
+    ) -> None:
         self.submit_after = submit_after
         self.step_sleep_s = step_sleep_s
         self.fail_on_step = fail_on_step
@@ -86,7 +88,9 @@ def masked_runs(ep: Any) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("with_eos", [True, False], ids=["turns-end-at-eos", "turns-cut-by-length"])
-def test_multi_turn_episodes_are_token_exact(pool: Any, run: Any, tokenizer: Any, tiny_model_dir: Path, with_eos: bool) -> None:
+def test_multi_turn_episodes_are_token_exact(
+    pool: Any, run: Any, tokenizer: Any, tiny_model_dir: Path, with_eos: bool
+) -> None:
     agent = agent_for(pool, tokenizer, tiny_model_dir, with_eos)
     reqs = [EpisodeRequest("task-a", "g0", i, lambda: CountingTestEnv(submit_after=3), seed=10 + i) for i in range(4)]
     for ep in run(agent.run_episodes(reqs)):
@@ -126,7 +130,9 @@ def test_every_episode_gets_a_finish_reason(pool: Any, run: Any, tokenizer: Any,
     assert results["max_turns"].finish_reason == "max_turns" and results["max_turns"].num_turns == 2
     ep = results["max_tokens"]
     assert ep.finish_reason == "max_tokens" and len(ep.prompt_ids) + len(ep.completion_ids) <= 80
-    assert results["timeout"].finish_reason == "timeout" and results["timeout"].patch.startswith("patch after")  # read even on timeout
+    assert results["timeout"].finish_reason == "timeout" and results["timeout"].patch.startswith(
+        "patch after"
+    )  # read even on timeout
     failed = results["env-error"]
     assert failed.finish_reason == "error" and failed.infra_failure and "sandbox vanished" in failed.infra_message
     too_long = results["long-prompt"]
@@ -134,7 +140,9 @@ def test_every_episode_gets_a_finish_reason(pool: Any, run: Any, tokenizer: Any,
     assert "prompt of task long-prompt has" in too_long.infra_message and too_long.num_turns == 0
 
 
-def test_concurrent_episodes_respect_the_bound_and_close_their_envs(pool: Any, run: Any, tokenizer: Any, tiny_model_dir: Path) -> None:
+def test_concurrent_episodes_respect_the_bound_and_close_their_envs(
+    pool: Any, run: Any, tokenizer: Any, tiny_model_dir: Path
+) -> None:
     CountingTestEnv.open_max = 0
     envs: list[CountingTestEnv] = []
 

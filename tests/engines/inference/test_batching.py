@@ -25,9 +25,13 @@ async def coalesced_and_alone(pool: Any, params: SamplingParams) -> tuple[list[C
 
 
 @pytest.mark.parametrize(
-    "params", [SamplingParams(max_tokens=16, seed=11), SamplingParams(max_tokens=16, temperature=0.0)], ids=["seeded", "greedy"]
+    "params",
+    [SamplingParams(max_tokens=16, seed=11), SamplingParams(max_tokens=16, temperature=0.0)],
+    ids=["seeded", "greedy"],
 )
-def test_coalesced_requests_equal_the_same_requests_sent_one_by_one(pool: Any, run: Any, params: SamplingParams) -> None:
+def test_coalesced_requests_equal_the_same_requests_sent_one_by_one(
+    pool: Any, run: Any, params: SamplingParams
+) -> None:
     together, alone, batches = run(coalesced_and_alone(pool, params))
     assert batches >= 1  # they did share a request
     for t, a in zip(together, alone):
@@ -41,7 +45,9 @@ def test_requests_with_different_seeds_are_sent_alone(pool: Any, run: Any) -> No
     before = pool.batcher.batches_sent
 
     async def scenario() -> list[Completion]:
-        return await asyncio.gather(*(pool.generate(PROMPTS[0], SamplingParams(max_tokens=4, seed=s)) for s in range(4)))
+        return await asyncio.gather(
+            *(pool.generate(PROMPTS[0], SamplingParams(max_tokens=4, seed=s)) for s in range(4))
+        )
 
     assert all(len(c.token_ids) == 4 for c in run(scenario()))
     assert pool.batcher.batches_sent == before

@@ -20,13 +20,19 @@ def prompt_ids(tokenizer: Any, text: str) -> list[int]:
     return tokenizer.encode(f"<|user|>{text}<|end|><|assistant|>", add_special_tokens=False)
 
 
-def test_generation_returns_ids_and_logprobs_of_the_served_model(pool: Any, run: Any, tokenizer: Any, tiny_model_dir: Path) -> None:
+def test_generation_returns_ids_and_logprobs_of_the_served_model(
+    pool: Any, run: Any, tokenizer: Any, tiny_model_dir: Path
+) -> None:
     from transformers import AutoModelForCausalLM
 
     prompt = prompt_ids(tokenizer, "def add(a, b):\n    return a - b\n")
     out = run(pool.generate(prompt, SamplingParams(max_tokens=24, seed=7)))
     assert 1 <= len(out.token_ids) <= 24 and len(out.logprobs) == len(out.token_ids)
-    assert out.finish_reason in ("stop", "length") and out.server_url == pool.urls[0] and out.weight_version == pool.version
+    assert (
+        out.finish_reason in ("stop", "length")
+        and out.server_url == pool.urls[0]
+        and out.weight_version == pool.version
+    )
     # The logprobs are the served policy's: recompute them with transformers on the same ids.
     model = AutoModelForCausalLM.from_pretrained(pool.weights_dir or tiny_model_dir)
     ids = torch.tensor([prompt + out.token_ids])

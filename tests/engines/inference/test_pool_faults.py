@@ -18,8 +18,9 @@ from .test_weight_update import PROMPT, max_logprob_error, other_checkpoint
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.faults]
 
 
-def test_a_server_killed_between_steps_is_restarted_by_the_next_update(pool: Any, run: Any, tiny_model_dir: Path,
-                                                                       second_checkpoint: Path) -> None:
+def test_a_server_killed_between_steps_is_restarted_by_the_next_update(
+    pool: Any, run: Any, tiny_model_dir: Path, second_checkpoint: Path
+) -> None:
     slot, restarts = pool.slots[0], pool.slots[0].restarts
     slot.process.kill()  # nothing in flight: the pool does not know yet
     target = other_checkpoint(pool, tiny_model_dir, second_checkpoint)
@@ -30,8 +31,9 @@ def test_a_server_killed_between_steps_is_restarted_by_the_next_update(pool: Any
     assert max_logprob_error(target, PROMPT, completion) < 1e-3  # the new weights, exactly
 
 
-def test_a_server_killed_during_a_weight_update_comes_back_on_the_new_weights(pool: Any, run: Any, tiny_model_dir: Path,
-                                                                                second_checkpoint: Path) -> None:
+def test_a_server_killed_during_a_weight_update_comes_back_on_the_new_weights(
+    pool: Any, run: Any, tiny_model_dir: Path, second_checkpoint: Path
+) -> None:
     slot, restarts = pool.slots[0], pool.slots[0].restarts
     target = other_checkpoint(pool, tiny_model_dir, second_checkpoint)
 

@@ -27,7 +27,9 @@ def test_an_unanswering_url_is_named(run: Any, tiny_model_dir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_server_exiting_during_start_up_is_reported_with_its_log(vllm_available: str, run: Any, tiny_model_dir: Path) -> None:
+def test_a_server_exiting_during_start_up_is_reported_with_its_log(
+    vllm_available: str, run: Any, tiny_model_dir: Path
+) -> None:
     # The tiny model has 1024 positions: vLLM refuses a longer context and exits.
     pool = ServerPool(small_config(tiny_model_dir, max_model_len=4096))
     with pytest.raises(ServerStartError, match="exited with code") as err:
@@ -37,7 +39,9 @@ def test_a_server_exiting_during_start_up_is_reported_with_its_log(vllm_availabl
 
 
 @pytest.mark.slow
-def test_two_servers_share_sessions_and_pause_reload_resume(vllm_available: str, run: Any, tiny_model_dir: Path, second_checkpoint: Path) -> None:
+def test_two_servers_share_sessions_and_pause_reload_resume(
+    vllm_available: str, run: Any, tiny_model_dir: Path, second_checkpoint: Path
+) -> None:
     # weight_update="reload" exercises the in-place path (pause, reload, verify, resume)
     # that GPU builds use; on the CPU build its expert weights are not exact
     # (weight_dirs.py), so only the mechanics are checked here.
@@ -55,7 +59,9 @@ def test_two_servers_share_sessions_and_pause_reload_resume(vllm_available: str,
 async def check_session_affinity(pool: ServerPool) -> None:
     sessions = [f"episode-{i}" for i in range(6)]
     for turn in range(3):
-        outs = await asyncio.gather(*(pool.generate(PROMPT, SamplingParams(max_tokens=8, seed=turn), s) for s in sessions))
+        outs = await asyncio.gather(
+            *(pool.generate(PROMPT, SamplingParams(max_tokens=8, seed=turn), s) for s in sessions)
+        )
         for s, out in zip(sessions, outs):
             assert out.server_url == pool.server_of(s)  # every turn of a session on its server
     assert {pool.server_of(s) for s in sessions} == set(pool.urls)  # new sessions spread over both
@@ -64,7 +70,9 @@ async def check_session_affinity(pool: ServerPool) -> None:
 async def check_reload_keeps_in_flight_requests(pool: ServerPool, weights: Path) -> None:
     probe = SamplingParams(max_tokens=12, seed=5)
     before = await pool.generate(PROMPT, probe)
-    batch = [asyncio.create_task(pool.generate(PROMPT, SamplingParams(max_tokens=150, seed=s), f"b{s}")) for s in range(8)]
+    batch = [
+        asyncio.create_task(pool.generate(PROMPT, SamplingParams(max_tokens=150, seed=s), f"b{s}")) for s in range(8)
+    ]
     await asyncio.sleep(0.5)
     await pool.update_weights(str(weights), 1)  # verify_checksums: both servers report identical weights
     done = await asyncio.gather(*batch)

@@ -10,7 +10,9 @@ from safetensors import safe_open
 from engines.inference.weight_dirs import LM_HEAD, reload_dir, serving_dir
 
 
-def test_serving_dir_takes_config_from_the_model_and_weights_from_the_publisher(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_serving_dir_takes_config_from_the_model_and_weights_from_the_publisher(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
     published = tmp_path / "v3"
     published.mkdir()
     (published / "model.safetensors").write_bytes((tiny_model_dir / "model.safetensors").read_bytes())

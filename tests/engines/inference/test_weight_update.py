@@ -76,8 +76,12 @@ def test_a_server_killed_mid_batch_restarts_on_the_current_weights(pool: Any, ru
         # Four share a seed, so they go out as one coalesced request; four are sent alone.
         seeds = [0, 0, 0, 0, 1, 2, 3, 4]
         batches = pool.batcher.batches_sent
-        batch = [asyncio.create_task(pool.generate(PROMPT[:-2] + [40 + i] + PROMPT[-2:], SamplingParams(max_tokens=150, seed=s)))
-                 for i, s in enumerate(seeds)]  # fmt: skip
+        batch = [
+            asyncio.create_task(
+                pool.generate(PROMPT[:-2] + [40 + i] + PROMPT[-2:], SamplingParams(max_tokens=150, seed=s))
+            )
+            for i, s in enumerate(seeds)
+        ]
         await asyncio.sleep(0.5)
         assert slot.load > 0 and pool.batcher.batches_sent > batches  # the batches are in flight
         await asyncio.to_thread(slot.process.kill)
@@ -92,7 +96,9 @@ def test_a_server_killed_mid_batch_restarts_on_the_current_weights(pool: Any, ru
     assert run(routes.weight_version(pool._http, slot.url)) == str(pool.version)
 
 
-def test_bad_updates_are_refused_before_touching_a_server(pool: Any, run: Any, tmp_path: Path, second_checkpoint: Path) -> None:
+def test_bad_updates_are_refused_before_touching_a_server(
+    pool: Any, run: Any, tmp_path: Path, second_checkpoint: Path
+) -> None:
     version, restarts = pool.version, pool.slots[0].restarts
     with pytest.raises(FileNotFoundError, match=f"weights_dir {tmp_path}: no \\*.safetensors"):
         run(pool.update_weights(str(tmp_path), version + 1))
@@ -114,9 +120,13 @@ def test_repeated_reloads_stay_exact(pool: Any, run: Any, tiny_model_dir: Path, 
 
 
 @pytest.mark.slow
-def test_restart_updates_serve_the_new_checkpoint(vllm_available: str, run: Any, tiny_model_dir: Path, second_checkpoint: Path) -> None:
+def test_restart_updates_serve_the_new_checkpoint(
+    vllm_available: str, run: Any, tiny_model_dir: Path, second_checkpoint: Path
+) -> None:
     async def scenario() -> tuple[Any, Any]:
-        async with ServerPool(small_config(tiny_model_dir, weight_update="restart", worker_extension=False)) as restarting:
+        async with ServerPool(
+            small_config(tiny_model_dir, weight_update="restart", worker_extension=False)
+        ) as restarting:
             await restarting.update_weights(str(second_checkpoint), 1)
             return restarting.slots[0], await restarting.generate(PROMPT, SamplingParams(max_tokens=16, seed=3))
 

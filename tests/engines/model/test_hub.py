@@ -43,7 +43,10 @@ def test_hub_id_resolves_to_the_cached_snapshot_offline(tmp_path: Path, tiny_mod
     assert resolved == snapshot
     from transformers import AutoConfig
 
-    assert AutoConfig.from_pretrained(resolved).model_type == json.loads((tiny_model_dir / "config.json").read_text())["model_type"]
+    assert (
+        AutoConfig.from_pretrained(resolved).model_type
+        == json.loads((tiny_model_dir / "config.json").read_text())["model_type"]
+    )
 
 
 def test_uncached_id_offline_is_an_error_naming_it(tmp_path: Path) -> None:

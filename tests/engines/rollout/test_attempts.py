@@ -28,8 +28,11 @@ def test_first_attempt_success():
 
 
 def test_a_retry_that_repeats_a_failed_edit_is_counted():
-    turns = [("edit m.py 2\n    return a", FAIL.format(1)), ("edit m.py 2\n    return a", FAIL.format(2)),
-             ("edit m.py 2\n    return b", None)]
+    turns = [
+        ("edit m.py 2\n    return a", FAIL.format(1)),
+        ("edit m.py 2\n    return a", FAIL.format(2)),
+        ("edit m.py 2\n    return b", None),
+    ]
     stats = attempt_stats(_conversation(turns), resolved=True)
     assert (stats.attempts, stats.first_passed, stats.repeats) == (3, False, 1)
 
@@ -41,8 +44,11 @@ def test_unresolved_episode_counts_only_tested_edits():
 
 
 def test_the_last_allowed_attempt_has_no_observation_and_still_counts():
-    turns = [("edit m.py 2\n    return a", FAIL.format(1)), ("edit m.py 3\n    return a", FAIL.format(2)),
-             ("edit m.py 2\n    return a", None)]
+    turns = [
+        ("edit m.py 2\n    return a", FAIL.format(1)),
+        ("edit m.py 3\n    return a", FAIL.format(2)),
+        ("edit m.py 2\n    return a", None),
+    ]
     stats = attempt_stats(_conversation(turns), resolved=False)
     assert (stats.attempts, stats.first_passed, stats.repeats) == (3, False, 1)
 

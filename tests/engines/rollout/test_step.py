@@ -12,11 +12,10 @@ import pytest
 
 from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
-from engines.env.micro import generate_micro_tasks
+from engines.env.micro import generate_micro_tasks, oracle_action
+from engines.env.session import EnvSession
 from engines.env.types import GradeResult
 from engines.inference.types import Episode
-from engines.env.micro import oracle_action
-from engines.env.session import EnvSession
 from engines.protocol import render_action
 from engines.rollout.step import GradeCache, episodes_table, grade_episodes, pool_tester, sample_step_tasks
 from storage.schema import ROLLOUTS
@@ -75,12 +74,24 @@ def test_test_tool_runs_in_the_pool_and_a_later_submit_is_a_cache_hit(tasks):
 
 def _episode(task_id: str, group: str, i: int, infra: bool = False) -> Episode:
     now = datetime.now(UTC)
-    return Episode(task_id=task_id, group_id=group, sample_index=i, prompt_ids=[1, 2, 3], completion_ids=[4, 5, 6, 7],
-                   loss_mask=[True, True, False, True], completion_logprobs=[-0.1, -0.2, 0.0, -0.3],
-                   policy_versions=[2, 3], num_turns=2, finish_reason="error" if infra else "submitted",
-                   started_at=now, finished_at=now, conversation="...", infra_failure=infra,
-                   infra_message="server died" if infra else "",
-                   routed_experts=np.arange(6 * 4 * 2).reshape(6, 4, 2) % 8)
+    return Episode(
+        task_id=task_id,
+        group_id=group,
+        sample_index=i,
+        prompt_ids=[1, 2, 3],
+        completion_ids=[4, 5, 6, 7],
+        loss_mask=[True, True, False, True],
+        completion_logprobs=[-0.1, -0.2, 0.0, -0.3],
+        policy_versions=[2, 3],
+        num_turns=2,
+        finish_reason="error" if infra else "submitted",
+        started_at=now,
+        finished_at=now,
+        conversation="...",
+        infra_failure=infra,
+        infra_message="server died" if infra else "",
+        routed_experts=np.arange(6 * 4 * 2).reshape(6, 4, 2) % 8,
+    )
 
 
 def test_rows_carry_group_advantages_and_leave_infra_failures_out(tasks):

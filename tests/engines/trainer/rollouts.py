@@ -38,15 +38,24 @@ def synthetic_rollouts(
                 used = torch.stack(replay.used, 1).numpy().astype(np.uint8)  # [tokens, layers, k]
                 rows.append(
                     dict(
-                        run_id=run, step=step, task_id=f"t{g}", group_id=f"g{g}", sample_index=j,
-                        prompt_ids=p, completion_ids=c, loss_mask=mask,
+                        run_id=run,
+                        step=step,
+                        task_id=f"t{g}",
+                        group_id=f"g{g}",
+                        sample_index=j,
+                        prompt_ids=p,
+                        completion_ids=c,
+                        loss_mask=mask,
                         completion_logprobs=np.where(mask, clp, 0.0).tolist(),
                         routed_experts=used.tobytes() if routes else None,
                         routed_experts_shape=list(used.shape) if routes else None,
-                        reward=float(rng.integers(0, 2)), advantage=0.0, infra_failure=False,
-                        min_policy_version=step, policy_versions=[step],
+                        reward=float(rng.integers(0, 2)),
+                        advantage=0.0,
+                        infra_failure=False,
+                        min_policy_version=step,
+                        policy_versions=[step],
                     )
-                )  # fmt: skip
+                )
     from storage.schema import conform
 
     return conform(pa.Table.from_pylist(rows), "rollouts")

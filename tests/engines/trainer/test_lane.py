@@ -1,4 +1,3 @@
-import json
 import os
 import signal
 import subprocess
@@ -11,7 +10,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from engines.model.load import load_moe_causal_lm
 from engines.trainer.checkpoint import list_states
 from engines.trainer.lane import LaneConfig, train_steps
 from storage import checkpoints
@@ -24,9 +22,14 @@ REPO = Path(__file__).resolve().parents[3]
 
 def _lane(tmp_path, model_dir, run="run1", steps=3, **trainer):
     return LaneConfig(
-        model_dir=str(model_dir), storage={"root": str(tmp_path / "lake")}, run=run, num_steps=steps,
-        poll_interval_s=0.05, wait_timeout_s=60, trainer={"seq_len": 64, **trainer},
-    )  # fmt: skip
+        model_dir=str(model_dir),
+        storage={"root": str(tmp_path / "lake")},
+        run=run,
+        num_steps=steps,
+        poll_interval_s=0.05,
+        wait_timeout_s=60,
+        trainer={"seq_len": 64, **trainer},
+    )
 
 
 def _write_steps(cfg, model, steps, **kw):
@@ -76,7 +79,9 @@ def test_step_without_signal_or_with_nan_is_skipped_and_still_published(tiny_mod
     write_shard(store, cfg.run, 0, "final", same)
     nan = synthetic_rollouts(tiny_model, step=1, seed=1, run=cfg.run)
     lps = [[float("nan")] * len(x) for x in nan.column("completion_logprobs").to_pylist()]
-    nan = nan.set_column(nan.column_names.index("completion_logprobs"), "completion_logprobs", pa.array(lps, pa.list_(pa.float32())))
+    nan = nan.set_column(
+        nan.column_names.index("completion_logprobs"), "completion_logprobs", pa.array(lps, pa.list_(pa.float32()))
+    )
     write_shard(store, cfg.run, 1, "final", nan)
     results = train_steps(cfg)
     assert [r["skipped"] for r in results] == [True, True]

@@ -11,8 +11,13 @@ from tests.engines.trainer.rollouts import synthetic_rollouts
 
 
 def test_episode_convention_targets_and_masks():
-    row = dict(prompt_ids=[1, 2, 3], completion_ids=[4, 5, 6], loss_mask=[True, False, True],
-               completion_logprobs=[-0.1, -0.2, -0.3], advantage=0.5)  # fmt: skip
+    row = dict(
+        prompt_ids=[1, 2, 3],
+        completion_ids=[4, 5, 6],
+        loss_mask=[True, False, True],
+        completion_logprobs=[-0.1, -0.2, -0.3],
+        advantage=0.5,
+    )
     e = episode_from_row(row)
     assert e.input_ids.tolist() == [1, 2, 3, 4, 5]
     assert e.targets.tolist() == [2, 3, 4, 5, 6]
@@ -24,8 +29,14 @@ def test_bad_lengths_name_the_field():
     row = dict(prompt_ids=[1, 2], completion_ids=[3, 4], loss_mask=[True], completion_logprobs=[0.0, 0.0])
     with pytest.raises(ValueError, match="loss_mask has 1 entries for 2"):
         episode_from_row(row, "episode 7")
-    row = dict(prompt_ids=[1, 2], completion_ids=[3, 4], loss_mask=[True, True], completion_logprobs=[0.0, 0.0],
-               routed_experts=bytes(2 * 4 * 2), routed_experts_shape=[2, 4, 2])  # fmt: skip
+    row = dict(
+        prompt_ids=[1, 2],
+        completion_ids=[3, 4],
+        loss_mask=[True, True],
+        completion_logprobs=[0.0, 0.0],
+        routed_experts=bytes(2 * 4 * 2),
+        routed_experts_shape=[2, 4, 2],
+    )
     with pytest.raises(ValueError, match="covers 2 tokens; expected 3"):
         episode_from_row(row)
 

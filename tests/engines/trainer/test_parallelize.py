@@ -23,9 +23,14 @@ STEPS = 3
 
 def _lane(root: Path, model_dir, **trainer) -> LaneConfig:
     return LaneConfig(
-        model_dir=str(model_dir), storage={"root": str(root)}, run="p", num_steps=STEPS, poll_interval_s=0.05,
-        wait_timeout_s=60, trainer={"seq_len": 64, "micro_batch_rows": 2, "lr": 1e-3, **trainer},
-    )  # fmt: skip
+        model_dir=str(model_dir),
+        storage={"root": str(root)},
+        run="p",
+        num_steps=STEPS,
+        poll_interval_s=0.05,
+        wait_timeout_s=60,
+        trainer={"seq_len": 64, "micro_batch_rows": 2, "lr": 1e-3, **trainer},
+    )
 
 
 def _write_steps(cfg: LaneConfig, model) -> None:
@@ -51,16 +56,28 @@ def _two_processes(tmp_path: Path, model_dir, steps: int = STEPS, **trainer) -> 
     config, out = tmp_path / "lane.json", tmp_path / "out.pt"
     config.write_text(cfg.model_dump_json())
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(Path(__file__).with_name("lane_worker.py")), str(config), str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(Path(__file__).with_name("lane_worker.py")),
+        str(config),
+        str(out),
+    ]
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:-2500]
     return cfg, torch.load(out, weights_only=False)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("trainer", [{"parallelism": "fsdp2"}, {"parallelism": "fsdp2_ep", "expert_parallel_size": 2}],
-                         ids=["fsdp2", "fsdp2_ep"])  # fmt: skip
+@pytest.mark.parametrize(
+    "trainer",
+    [{"parallelism": "fsdp2"}, {"parallelism": "fsdp2_ep", "expert_parallel_size": 2}],
+    ids=["fsdp2", "fsdp2_ep"],
+)
 def test_two_ranks_train_like_one_and_export_what_they_trained(one_process, tiny_model_dir, tmp_path, trainer):
     ref_cfg, ref = one_process
     cfg, got = _two_processes(tmp_path, tiny_model_dir, **trainer)
@@ -83,8 +100,12 @@ def test_two_ranks_train_like_one_and_export_what_they_trained(one_process, tiny
 @pytest.mark.slow
 def test_bf16_with_activation_checkpointing_trains_close_to_fp32_and_resumes(one_process, tiny_model_dir, tmp_path):
     _, ref = one_process
-    trainer = {"parallelism": "fsdp2_ep", "expert_parallel_size": 2, "mixed_precision": "bf16",
-               "activation_checkpointing": True}  # fmt: skip
+    trainer = {
+        "parallelism": "fsdp2_ep",
+        "expert_parallel_size": 2,
+        "mixed_precision": "bf16",
+        "activation_checkpointing": True,
+    }
     _, first = _two_processes(tmp_path, tiny_model_dir, steps=STEPS - 1, **trainer)
     # A new launch resumes after the saved step from each rank's own shards.
     cfg, last = _two_processes(tmp_path, tiny_model_dir, **trainer)
@@ -121,6 +142,8 @@ def test_activation_checkpointing_recomputes_with_the_replayed_routes(tiny_model
             m = rl_step(Trainee(model, model, opt, sched, replay), episodes, cfg)
         states.append((m, model.state_dict()))
     (m0, s0), (m1, s1) = states
-    assert m1["loss"] == pytest.approx(m0["loss"], rel=1e-6) and m1["grad_norm"] == pytest.approx(m0["grad_norm"], rel=1e-5)
+    assert m1["loss"] == pytest.approx(m0["loss"], rel=1e-6) and m1["grad_norm"] == pytest.approx(
+        m0["grad_norm"], rel=1e-5
+    )
     for k in s0:
         torch.testing.assert_close(s1[k], s0[k], rtol=0, atol=1e-6, msg=k)

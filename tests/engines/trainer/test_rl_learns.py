@@ -50,15 +50,27 @@ def _sample_step(model, target: torch.Tensor, step: int, groups: int = 8, group_
                 logits = model(input_ids=torch.tensor([seq[:-1]]), use_cache=False).logits[0]
                 lp = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(seq[1:])[:, None])[:, 0]
                 used = torch.stack(replay.used, 1).numpy().astype(np.uint8)
-                completion = seq[len(PROMPT):]
-                rows.append(dict(
-                    run_id="bandit", step=step, task_id=f"t{g}", group_id=f"s{step}-g{g}", sample_index=j,
-                    prompt_ids=PROMPT, completion_ids=completion, loss_mask=[True, True],
-                    completion_logprobs=lp[len(PROMPT) - 1:].tolist(),
-                    routed_experts=used.tobytes(), routed_experts_shape=list(used.shape),
-                    reward=float(completion[0] in set(target.tolist())), advantage=0.0, infra_failure=False,
-                    min_policy_version=step, policy_versions=[step],
-                ))  # fmt: skip
+                completion = seq[len(PROMPT) :]
+                rows.append(
+                    dict(
+                        run_id="bandit",
+                        step=step,
+                        task_id=f"t{g}",
+                        group_id=f"s{step}-g{g}",
+                        sample_index=j,
+                        prompt_ids=PROMPT,
+                        completion_ids=completion,
+                        loss_mask=[True, True],
+                        completion_logprobs=lp[len(PROMPT) - 1 :].tolist(),
+                        routed_experts=used.tobytes(),
+                        routed_experts_shape=list(used.shape),
+                        reward=float(completion[0] in set(target.tolist())),
+                        advantage=0.0,
+                        infra_failure=False,
+                        min_policy_version=step,
+                        policy_versions=[step],
+                    )
+                )
     return conform(pa.Table.from_pylist(rows), "rollouts")
 
 

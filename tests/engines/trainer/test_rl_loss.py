@@ -41,8 +41,7 @@ def test_masked_ratio_keeps_tokens_moving_against_the_advantage():
 
 def test_ppo_clip_by_hand():
     s, grad = _sums("ppo_clip")
-    r0, r1 = math.exp(0.5), math.exp(-0.5)
-    # token 0: min(r0*1, 1.2*1) = 1.2 (clipped, no grad); token 1: min(-r1, -0.8) = -0.8 (clipped)
+    # ratios exp(0.5) and exp(-0.5): token 0: min(r0*1, 1.2*1) = 1.2 (clipped, no grad); token 1: min(-r1, -0.8) = -0.8 (clipped)
     # token 2: 1*2
     assert s.loss.item() == pytest.approx(-(1.2 - 0.8 + 2.0))
     assert grad.tolist() == pytest.approx([0.0, 0.0, -2.0, 0.0])

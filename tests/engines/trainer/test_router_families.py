@@ -73,8 +73,11 @@ def test_forced_routes_are_weighted_with_the_family_formula(family):
         for i, r in enumerate(routers):  # registered after replay's hooks: they see its output
             handles.append(r.register_forward_hook(lambda m, a, out, i=i: seen[i].update(logits=out[0].detach())))
             experts = _experts_beside(model, r)
-            handles.append(experts.register_forward_pre_hook(
-                lambda m, args, i=i: seen[i].update(index=args[1].detach(), weights=args[2].detach())))
+            handles.append(
+                experts.register_forward_pre_hook(
+                    lambda m, args, i=i: seen[i].update(index=args[1].detach(), weights=args[2].detach())
+                )
+            )
         replay.set_routes(routes)
         _loss(model, ids).backward()
         for h in handles:

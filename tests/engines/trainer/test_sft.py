@@ -38,10 +38,12 @@ def test_sft_lowers_the_loss_and_exports(tiny_model_dir, tmp_path):
     convs = []
     for _ in range(64):
         a, b = rng.integers(1, 9, 2)
-        convs.append([
-            {"role": "user", "content": f"def f(x):\n    return x * {a} - {b}\n"},
-            {"role": "assistant", "content": f"edit m.py 2\n    return x * {a} + {b}"},
-        ])  # fmt: skip
+        convs.append(
+            [
+                {"role": "user", "content": f"def f(x):\n    return x * {a} - {b}\n"},
+                {"role": "assistant", "content": f"edit m.py 2\n    return x * {a} + {b}"},
+            ]
+        )
     cfg = TrainerConfig(seq_len=128, sft=SFTConfig(max_steps=30, batch_size=16, log_every=10))
     tok = load_tokenizer(tiny_model_dir)
     eps = [conversation_episode(tok, c) for c in convs]
@@ -50,7 +52,7 @@ def test_sft_lowers_the_loss_and_exports(tiny_model_dir, tmp_path):
     out = sft(str(tiny_model_dir), convs, str(tmp_path / "sft"), cfg, log=lines.append)
     after = mean_nll(load_moe_causal_lm(out), eps, 128)
     assert after < 0.6 * before, (before, after)
-    assert lines[0].startswith("[sft] step 1 loss") and any(l.startswith("[sft] step 30 ") for l in lines)
+    assert lines[0].startswith("[sft] step 1 loss") and any(line.startswith("[sft] step 30 ") for line in lines)
 
 
 @pytest.mark.slow
