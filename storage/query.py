@@ -17,6 +17,7 @@ file has yet (added in a later schema version) are typed nulls.
 from __future__ import annotations
 
 import logging
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -57,21 +58,38 @@ def connect(store: Store, run: str | None = None) -> LakeConnection:
     if store.protocol != "file":
         con.register_filesystem(store.fs)
     lake = LakeConnection(con)
-    for kind, glob in GLOBS.items():
-        files = _complete_files(con, store, store.path(glob.format(run=run or "*")), lake.skipped)
-        _create_view(con, kind, list(files), mixed=any(v != SCHEMA_VERSION for v in files.values()))
+    # One listing and one footer read for every table: on S3 a listing is a paginated
+    # request, and each DuckDB call has a fixed cost; per table they were most of the
+    # time of a small query.
+    tables = _table_files(store, run)
+    versions = _complete_files(con, store, sorted(f for files in tables.values() for f in files), lake.skipped)
+    for kind, files in tables.items():
+        urls = {u: versions[u] for u in map(store.full_url, files) if u in versions}
+        _create_view(con, kind, list(urls), mixed=any(v != SCHEMA_VERSION for v in urls.values()))
     return lake
 
 
+def _table_files(store: Store, run: str | None) -> dict[str, list[str]]:
+    """Each table's files (paths), from one listing of the run, or of every run."""
+    found = store.call("list files", lambda: store.fs.find(store.path(run or "")))
+    relative = [(f, f[len(store.root) :]) for f in sorted(found)]
+    tables = {}
+    for kind, glob in GLOBS.items():
+        # GLOBS' `*` stands for one path segment.
+        parts = glob.format(run=run or "*").split("*")
+        pattern = re.compile("/" + "[^/]+".join(map(re.escape, parts)))
+        tables[kind] = [f for f, rel in relative if pattern.fullmatch(rel)]
+    return tables
+
+
 def _complete_files(
-    con: duckdb.DuckDBPyConnection, store: Store, pattern: str, skipped: dict[str, str]
+    con: duckdb.DuckDBPyConnection, store: Store, files: list[str], skipped: dict[str, str]
 ) -> dict[str, int]:
-    """Readable files matching `pattern` (URL -> schema version); the others go to `skipped`.
+    """Readable files among `files` (URL -> schema version); the others go to `skipped`.
 
     One DuckDB call reads every footer's version (in parallel, and kept in the
     connection's metadata cache, so the views' scans do not read the footers again);
     only when some file is unreadable are they checked one by one to name it."""
-    files = sorted(store.call("list files", lambda: store.fs.glob(pattern)))
     urls = [store.full_url(f) for f in files]
     if not urls:
         return {}
