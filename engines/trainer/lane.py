@@ -6,9 +6,9 @@
 For each step s from `first_step` on: wait until step s's rollouts are complete,
 train one optimizer step on them, export weights v = s + 1 to
 `storage.checkpoints.weights_uri(store, run, v)` and publish them, write the step's
-metrics row and the advantages it trained on (the `advantages` table), then save the
-resumable state. `train_steps` is the same loop as a
-plain function (tests and Prefect tasks call it).
+metrics row and the advantages it trained on (the `advantages` table), then save
+the resumable state. `train_steps` is the same loop as a plain function (tests and
+Prefect tasks call it).
 
 Step completion (the contract with the rollout lane): step s is complete when its
 shard named `final` exists (`<root>/<run>/rollouts/step=<s>/final.parquet`); a lane
