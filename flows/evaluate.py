@@ -7,12 +7,11 @@ import json
 
 from prefect import flow
 from prefect.artifacts import acreate_table_artifact
-from prefect.utilities.annotations import quote
 
 from engines.env.corpus import load_corpus
 from flows.artifacts import slug
 from flows.run_config import RunConfig
-from flows.runtime import rollout_runtime, work_dir
+from flows.runtime import open_rollout_lane, work_dir
 from storage.atomic import write_bytes_atomic
 from storage.fs import open_store
 from tasks.progress import say
@@ -24,8 +23,8 @@ async def evaluate(config: RunConfig = RunConfig(), corpus_dir: str | None = Non
     store = open_store(config.storage)
     corpus = corpus_dir or config.tasks.corpus_path or str(work_dir(config) / "corpus")
     heldout = [t for t in load_corpus(corpus) if t.split == "heldout"][: config.eval.tasks]
-    async with rollout_runtime(config, store, []) as rt:
-        result = await evaluate_policy(quote(rt), quote(heldout), config.eval.samples, rt.pool.version)
+    async with open_rollout_lane(config, store, [], heldout) as lane:
+        result = await evaluate_policy(lane, config.eval.samples)
     write_bytes_atomic(store, f"{config.run}/evals/version={result['version']}.json", json.dumps(result).encode())
     shown = {k: v for k, v in result.items() if k != "solved"}  # the solved task ids stay in the stored JSON
     await acreate_table_artifact(

@@ -13,18 +13,17 @@ from typing import Any
 import psutil
 from prefect import flow
 from prefect.concurrency.asyncio import concurrency
-from prefect.utilities.annotations import quote
 
 from engines.env.corpus import load_corpus
+from engines.rollout.lane import RolloutLane
 from flows.metrics import MetricsSink, metrics_sink
 from flows.run_config import RunConfig
-from flows.runtime import rollout_runtime
-from storage import shards
+from flows.runtime import open_rollout_lane
 from storage.atomic import write_bytes_atomic
-from storage.fs import Store, open_store
+from storage.fs import open_store
 from tasks.limits import ROLLOUT_LIMIT, SLOT_LEASE_S
 from tasks.progress import say
-from tasks.rollout import RolloutRuntime, evaluate_policy, load_final_policy, retain_weights, rollout_step
+from tasks.rollout import evaluate_policy, load_final_policy, retain_weights, rollout_step
 
 
 @flow(name="rollout-lane", log_prints=True)
@@ -37,16 +36,16 @@ async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
     # per step waited about 2 s each time on Prefect's slot accounting).
     async with (
         concurrency(ROLLOUT_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S),
-        rollout_runtime(config, store, train) as rt,
+        open_rollout_lane(config, store, train, heldout) as lane,
     ):
-        before = await _evaluation(rt, store, config, heldout, "before")
+        before = await _evaluation(lane, config, "before")
         loop_start, cpu_start = time.monotonic(), psutil.cpu_times()
-        steps = await _steps(rt, config)
-        await load_final_policy(quote(rt), config.rl.steps)  # the trainer's last publication
-        await _retain(rt, config)
+        steps = await _steps(lane, config)
+        await load_final_policy(lane, config.rl.steps)  # the trainer's last publication
+        await _retain(lane, config)
         loop_s = time.monotonic() - loop_start
         cpu_busy = busy_share(cpu_start, psutil.cpu_times())
-        after = await _evaluation(rt, store, config, heldout, "after")
+        after = await _evaluation(lane, config, "after")
     return {"before": before, "after": after, "steps": steps, "loop_s": loop_s, "cpu_busy": cpu_busy}
 
 
@@ -58,62 +57,55 @@ def busy_share(start: tuple[float, ...], end: tuple[float, ...]) -> float:
     return round(1 - (idle(end) - idle(start)) / total, 3) if total > 0 else 0.0
 
 
-async def _steps(rt: RolloutRuntime, config: RunConfig) -> list[dict]:
+async def _steps(lane: RolloutLane, config: RunConfig) -> list[dict]:
     sink = metrics_sink(config.metrics, "rollout")
     try:
-        return await _run_steps(rt, config, sink)
+        return await _run_steps(lane, config, sink)
     finally:
         if sink is not None:
             sink.close()
 
 
-async def _run_steps(rt: RolloutRuntime, config: RunConfig, sink: MetricsSink | None) -> list[dict]:
-    rl = config.rl
+async def _run_steps(lane: RolloutLane, config: RunConfig, sink: MetricsSink | None) -> list[dict]:
     results = []
-    for step in range(rl.steps):
-        if shards.shard_exists(rt.store, config.run, step, "final"):
+    for step in range(config.rl.steps):
+        if lane.is_published(step):
             continue  # written before a restart: shards are never duplicated
         t0 = time.monotonic()
-        # quote(): Prefect would otherwise walk the runtime (thousands of tasks) on every
-        # call to find futures in it, about 1 s per task run.
-        metrics = await rollout_step(
-            quote(rt),
-            step,
-            rl.batch_size // rl.group_size,
-            rl.group_size,
-            rl.seed,
-            rl.async_level,
-            config.trainer.std_scale_advantages,
-        )
+        metrics = await rollout_step(lane, step)
         wall = time.monotonic() - t0
         # What the step spent outside the task's body is Prefect's own cost.
         metrics.update(step=step, wall_s=wall, prefect_s=wall - metrics["task_s"])
         results.append(metrics)
         if sink is not None:
             sink.log(step, metrics, "rollout")
-        say(
-            f"[rollout] step {step + 1}/{rl.steps} v{metrics['policy_version']} reward={metrics['reward_mean']:.3f} "
-            f"pass={metrics['pass_rate']:.3f} gen={metrics['generation_s']:.1f}s grade={metrics['grading_s']:.1f}s "
-            f"update={metrics['weight_update_s']:.1f}s wait={metrics['wait_s']:.1f}s tokens={metrics['completion_tokens']}"
-        )
-        await _retain(rt, config)  # as the run goes: a long run must not end on a full disk
+        say(f"[rollout] step {step + 1}/{config.rl.steps} " + step_line(metrics))
+        await _retain(lane, config)  # as the run goes: a long run must not end on a full disk
     return results
 
 
-async def _retain(rt: RolloutRuntime, config: RunConfig) -> None:
-    dropped = await retain_weights(
-        quote(rt), config.retention.last(config.rl.async_level), config.retention.milestone_every
+def step_line(m: dict[str, Any]) -> str:
+    """A rollout step's metrics on one line (no reward when every episode failed in the harness)."""
+    number = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    return (
+        f"v{m['policy_version']} reward={number(m['reward_mean'])} pass={number(m['pass_rate'])} "
+        f"gen={m['generation_s']:.1f}s grade={m['grading_s']:.1f}s update={m['weight_update_s']:.1f}s "
+        f"wait={m['wait_s']:.1f}s tokens={m['completion_tokens']}"
     )
+
+
+async def _retain(lane: RolloutLane, config: RunConfig) -> None:
+    dropped = await retain_weights(lane, config.retention.last(config.rl.async_level), config.retention.milestone_every)
     if dropped:
         print(f"[rollout] weight versions deleted by retention: {dropped}")
 
 
-async def _evaluation(rt: RolloutRuntime, store: Store, config: RunConfig, heldout: list, name: str) -> dict:
+async def _evaluation(lane: RolloutLane, config: RunConfig, name: str) -> dict:
     """Evaluate the served policy once per (run, name); stored as JSON beside the run."""
-    path = f"{config.run}/evals/{name}.json"
+    store, path = lane.store, f"{config.run}/evals/{name}.json"
     if store.fs.exists(store.path(path)):
         return json.loads(store.fs.cat_file(store.path(path)))
-    result = await evaluate_policy(quote(rt), quote(heldout), config.eval.samples, rt.pool.version)
+    result = await evaluate_policy(lane, config.eval.samples)
     write_bytes_atomic(store, path, json.dumps(result).encode())
     shown = {k: v for k, v in result.items() if k != "solved"}  # the solved task ids are for paired tests
     say(f"[eval] {name}: " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))

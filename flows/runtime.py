@@ -1,5 +1,5 @@
-"""Wiring: build the rollout lane's components from a RunConfig, and tear them
-down. The only place that knows how the pieces fit together."""
+"""Wiring: build the rollout lane from a RunConfig, and tear its components down.
+The only place that knows how the pieces fit together."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from engines.env.types import Task
 from engines.inference.agent import AgentLoop
 from engines.inference.server_pool import ServerPool
 from engines.model.load import load_tokenizer, local_model_dir
+from engines.rollout.lane import RolloutLane, RolloutSettings
 from flows.run_config import RunConfig
 from storage import checkpoints
 from storage.fs import Store
-from tasks.rollout import RolloutRuntime
 
 
 def work_dir(config: RunConfig) -> Path:
@@ -28,9 +28,21 @@ def work_dir(config: RunConfig) -> Path:
     return path
 
 
+def rollout_settings(config: RunConfig) -> RolloutSettings:
+    rl = config.rl
+    return RolloutSettings(
+        tasks_per_step=rl.batch_size // rl.group_size,
+        group_size=rl.group_size,
+        seed=rl.seed,
+        async_level=rl.async_level,
+    )
+
+
 @contextlib.asynccontextmanager
-async def rollout_runtime(config: RunConfig, store: Store, train_tasks: list[Task]) -> AsyncIterator[RolloutRuntime]:
-    """Server pool on the newest published weights, agents, grading pool."""
+async def open_rollout_lane(
+    config: RunConfig, store: Store, train_tasks: list[Task], heldout: list[Task]
+) -> AsyncIterator[RolloutLane]:
+    """The rollout lane: server pool on the newest published weights, agents, grading pool."""
     latest = checkpoints.latest(store, config.run)
     if latest is None:
         raise RuntimeError(f"run {config.run!r} has no published weights: warm-start it first (the rl flow does)")
@@ -43,7 +55,7 @@ async def rollout_runtime(config: RunConfig, store: Store, train_tasks: list[Tas
     grader = GradingPool(config.env)
     try:
         async with ServerPool(inference, version=latest.version) as pool:
-            yield RolloutRuntime(
+            yield RolloutLane(
                 store=store,
                 run=config.run,
                 pool=pool,
@@ -51,7 +63,9 @@ async def rollout_runtime(config: RunConfig, store: Store, train_tasks: list[Tas
                 greedy=AgentLoop(pool, tokenizer, greedy_cfg),
                 grader=grader,
                 env=config.env,
+                settings=rollout_settings(config),
                 train_tasks=train_tasks,
+                heldout=heldout,
                 started_from=latest.version,
             )
     finally:

@@ -8,64 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-from prefect import flow, task
-from prefect.cache_policies import NO_CACHE
+from prefect import flow
 from prefect.concurrency.sync import concurrency
-from prefect.utilities.annotations import quote
 
-from engines.trainer.lane import LaneConfig, TrainerLane, wait_for_step
+from engines.trainer.lane import LaneConfig, TrainerLane
 from flows.metrics import MetricsConfig, MetricsSink, metrics_sink
-from storage import checkpoints
-from storage.fs import open_store
 from tasks.limits import SLOT_LEASE_S, TRAINING_LIMIT
 from tasks.progress import say
-
-
-@task(name="wait-for-rollouts", cache_policy=NO_CACHE)
-def wait_for_rollouts(lane: TrainerLane, step: int) -> None:
-    wait_for_step(lane.store, lane.cfg, step)
-
-
-@task(name="train-step", cache_policy=NO_CACHE)
-def train_step(lane: TrainerLane, step: int) -> dict:
-    return lane.train(step)
-
-
-@task(name="torchrun-steps", cache_policy=NO_CACHE)
-def torchrun_steps(cfg: LaneConfig, processes: int) -> int:
-    """Run the lane under torchrun; print each published version as it appears."""
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        f.write(cfg.model_dump_json())
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={processes}",
-        "-m",
-        "engines.trainer.lane",
-        "--config",
-        f.name,
-    ]
-    proc = subprocess.Popen(cmd)
-    store, seen = open_store(cfg.storage), -1
-    while proc.poll() is None:
-        latest = checkpoints.latest(store, cfg.run)
-        if latest is not None and latest.version > seen:
-            seen = latest.version
-            say(f"[trainer] published v{seen}")
-        time.sleep(1.0)
-    os.unlink(f.name)
-    if proc.returncode:
-        raise RuntimeError(f"torchrun trainer lane exited with code {proc.returncode}")
-    return seen
+from tasks.trainer import torchrun_steps, train_step, wait_for_rollouts
 
 
 @flow(name="trainer-lane", log_prints=True)
@@ -86,8 +39,8 @@ def _train_in_process(config: LaneConfig, sink: MetricsSink | None = None) -> li
     try:
         last = config.first_step + config.num_steps
         for step in range(lane.next_step, last):
-            wait_for_rollouts(quote(lane), step)
-            m = train_step(quote(lane), step)
+            wait_for_rollouts(lane, step)
+            m = train_step(lane, step)
             results.append(m)
             if sink is not None:
                 sink.log(step, m, "trainer")

@@ -7,6 +7,7 @@
     <root>/<run>/weights/v<v>/                       the weights a record points to
     <root>/<run>/runs/start-<n>.parquet              one row per start: config, code version, corpus, source
     <root>/<run>/rescores/step=<n>/scores.parquet    a replay's re-grades of a source run's episodes
+    <root>/<run>/advantages/step=<n>/trained.parquet the advantages the trainer used, one row per episode
 
 Partition keys (`step=`, `version=`) are in the folder names only, not in the files
 (storage/partition.py), so pandas, pyarrow, polars and DuckDB open a table's folder
@@ -62,6 +63,10 @@ def rescore_file(run: str, step: int) -> str:
     return f"{check_name('run', run)}/rescores/step={int(step)}/scores.parquet"
 
 
+def advantages_file(run: str, step: int) -> str:
+    return f"{check_name('run', run)}/advantages/step={int(step)}/trained.parquet"
+
+
 def weights_dir(run: str, version: int) -> str:
     return f"{check_name('run', run)}/weights/v{int(version)}"
 
@@ -75,6 +80,7 @@ GLOBS = {
     "checkpoints": "{run}/checkpoints/version=*/record.parquet",
     "runs": "{run}/runs/start-*.parquet",
     "rescores": "{run}/rescores/step=*/scores.parquet",
+    "advantages": "{run}/advantages/step=*/trained.parquet",
 }
 
 STEP_RE = re.compile(r"/step=(\d+)(?:/|$)")

@@ -17,7 +17,13 @@ import pyarrow as pa
 from storage.schema import SCHEMAS
 
 # table -> its partition key; tables not named here are not partitioned.
-PARTITION_KEYS: dict[str, str] = {"rollouts": "step", "steps": "step", "checkpoints": "version", "rescores": "step"}
+PARTITION_KEYS: dict[str, str] = {
+    "rollouts": "step",
+    "steps": "step",
+    "checkpoints": "version",
+    "rescores": "step",
+    "advantages": "step",
+}
 
 
 def key_value(kind: str, path: str) -> int | None:

@@ -53,7 +53,12 @@ ROLLOUTS = _schema(
         _f("num_prompt_tokens", pa.int32(), "len(prompt_ids)"),
         _f("num_completion_tokens", pa.int32(), "len(completion_ids)"),
         _f("reward", pa.float64(), "scalar reward from the grader"),
-        _f("advantage", pa.float64(), "group-relative advantage used for training"),
+        _f(
+            "advantage",
+            pa.float64(),
+            "not written by current runs (null): the advantages the trainer used are in the `advantages` table; "
+            "older runs hold the rollout lane's plain group baseline here, not what was trained on",
+        ),
         _f("resolved", pa.bool_(), "every FAIL_TO_PASS and PASS_TO_PASS test passed"),
         _f("f2p_passed", pa.int32(), "FAIL_TO_PASS tests passing after the patch"),
         _f("f2p_total", pa.int32(), "FAIL_TO_PASS tests of the task"),
@@ -181,6 +186,21 @@ RESCORES = _schema(
     ],
 )
 
+ADVANTAGES = _schema(
+    "advantages",
+    [
+        _f("run_id", pa.string(), "the run whose trainer used these advantages", nullable=False),
+        _f("step", pa.int64(), "training step", nullable=False),
+        _f("rollouts_run", pa.string(), "run whose rollouts hold the episode (the source run of a replay)"),
+        _f("task_id", pa.string(), "task instance id"),
+        _f("group_id", pa.string(), "group the advantage is relative to"),
+        _f("sample_index", pa.int32(), "index of the episode within its group"),
+        _f("reward", pa.float64(), "reward the advantage was computed from (NaN: infrastructure failure)"),
+        _f("advantage", pa.float64(), "advantage the trainer gave the episode's loss tokens; null: infra failure"),
+        _f("trained", pa.bool_(), "in the optimizer step's batch (false: infra failure or a group without signal)"),
+    ],
+)
+
 SCHEMAS: dict[str, pa.Schema] = {
     "rollouts": ROLLOUTS,
     "steps": STEPS,
@@ -188,6 +208,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "checkpoints": CHECKPOINTS,
     "runs": RUNS,
     "rescores": RESCORES,
+    "advantages": ADVANTAGES,
 }
 
 

@@ -1,4 +1,5 @@
-"""The small tables beside the rollouts: per-step metrics, the task corpus, re-grades."""
+"""The small tables beside the rollouts: per-step metrics, the task corpus, re-grades,
+the advantages trained on."""
 
 from __future__ import annotations
 
@@ -40,3 +41,8 @@ def write_tasks(store: Store, run: str, tasks: pa.Table, name: str = "corpus") -
 def write_rescores(store: Store, run: str, step: int, table: pa.Table) -> str:
     """Re-grades of one source step's episodes (storage.schema.RESCORES), in run `run`."""
     return write_table(store, layout.rescore_file(run, step), table, "rescores")
+
+
+def write_advantages(store: Store, run: str, step: int, table: pa.Table) -> str:
+    """The advantages run `run`'s trainer used at `step` (storage.schema.ADVANTAGES)."""
+    return write_table(store, layout.advantages_file(run, step), table, "advantages")

@@ -1,4 +1,4 @@
-"""One rollout step end to end: sample tasks, run agent episodes on the server
-pool, grade their patches in the sandbox, compute group advantages, and turn the
-result into rows of the `rollouts` table. Plain Python; the Prefect tasks in
-`tasks/rollout.py` wrap it."""
+"""The rollout lane (lane.py: RolloutLane): sample tasks, run agent episodes on the
+server pool, grade their patches in the sandbox, and turn the result into rows of
+the `rollouts` table; the step's episode metrics (metrics.py). Plain Python; the
+Prefect tasks in `tasks/rollout.py` wrap the lane's methods."""

@@ -22,7 +22,7 @@ def _routes(ep: Episode) -> tuple[bytes | None, list[int] | None]:
     return np.ascontiguousarray(r, dtype=dtype).tobytes(), list(r.shape)
 
 
-def episode_row(run: str, step: int, task: Task, ep: Episode, grade: GradeResult, advantage: float) -> dict:
+def episode_row(run: str, step: int, task: Task, ep: Episode, grade: GradeResult) -> dict:
     routes, shape = _routes(ep)
     infra = ep.infra_failure or grade.infra_failure
     return {
@@ -43,7 +43,6 @@ def episode_row(run: str, step: int, task: Task, ep: Episode, grade: GradeResult
         "num_prompt_tokens": len(ep.prompt_ids),
         "num_completion_tokens": len(ep.completion_ids),
         "reward": float("nan") if infra else grade.reward,
-        "advantage": None if np.isnan(advantage) else float(advantage),
         "resolved": grade.resolved,
         "f2p_passed": grade.f2p_passed,
         "f2p_total": grade.f2p_total,

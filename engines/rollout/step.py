@@ -16,7 +16,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 
 from engines.env.config import EnvConfig
@@ -27,7 +26,6 @@ from engines.inference.agent import AgentLoop, EpisodeRequest
 from engines.inference.types import Episode
 from engines.rollout.records import episode_row, rollouts_table
 from engines.staleness import check_episodes
-from engines.trainer.advantages import group_advantages
 
 
 @dataclass
@@ -109,10 +107,10 @@ async def run_step(
     tasks: Sequence[Task],
     group_size: int,
     async_level: int,
-    std_scale: bool = False,
 ) -> StepResult:
-    """Episodes for `tasks` x `group_size`, graded, with advantages, as a rollouts table.
-    Sampling is seeded only when the agent's `sampling.seed` is set."""
+    """Episodes for `tasks` x `group_size`, graded, as a rollouts table (advantages are
+    the trainer's: engines/trainer/advantages.py). Sampling is seeded only when the
+    agent's `sampling.seed` is set."""
     t0 = time.monotonic()
     requests = episode_requests(tasks, group_size, env, step, agent.cfg.sampling.seed, pool_tester(grader, cache))
     episodes = await agent.run_episodes(requests)
@@ -121,7 +119,7 @@ async def run_step(
     grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in episodes])
     t2 = time.monotonic()
     staleness = check_episodes(step, async_level, [e.policy_versions for e in episodes])
-    table = episodes_table(run, step, [by_id[e.task_id] for e in episodes], episodes, grades, std_scale)
+    table = episodes_table(run, step, [by_id[e.task_id] for e in episodes], episodes, grades)
     return StepResult(table, t1 - t0, t2 - t1, staleness)
 
 
@@ -150,15 +148,7 @@ def grade_episodes(grader: GradingPool, cache: GradeCache, pairs: Sequence[tuple
 
 
 def episodes_table(
-    run: str,
-    step: int,
-    tasks: Sequence[Task],
-    episodes: Sequence[Episode],
-    grades: Sequence[GradeResult],
-    std_scale: bool,
+    run: str, step: int, tasks: Sequence[Task], episodes: Sequence[Episode], grades: Sequence[GradeResult]
 ) -> pa.Table:
-    infra = np.array([e.infra_failure or g.infra_failure for e, g in zip(episodes, grades)])
-    rewards = np.array([np.nan if f else g.reward for f, g in zip(infra, grades)])
-    adv = group_advantages(rewards, np.array([e.group_id for e in episodes], dtype=object), infra, std_scale).advantage
-    rows = [episode_row(run, step, t, e, g, a) for t, e, g, a in zip(tasks, episodes, grades, adv)]
+    rows = [episode_row(run, step, t, e, g) for t, e, g in zip(tasks, episodes, grades)]
     return rollouts_table(rows)

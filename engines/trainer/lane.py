@@ -6,8 +6,9 @@
 For each step s from `first_step` on: wait until step s's rollouts are complete,
 train one optimizer step on them, export weights v = s + 1 to
 `storage.checkpoints.weights_uri(store, run, v)` and publish them, write the step's
-metrics row, then save the resumable state. `train_steps` is the same loop as a
-plain function (tests and Prefect tasks call it).
+metrics row and the advantages it trained on (the `advantages` table), then save
+the resumable state. `train_steps` is the same loop as a plain function (tests and
+Prefect tasks call it).
 
 Step completion (the contract with the rollout lane): step s is complete when its
 shard named `final` exists (`<root>/<run>/rollouts/step=<s>/final.parquet`); a lane
@@ -25,17 +26,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import sys
 import time
 from pathlib import Path
 from typing import Literal
 
-import pyarrow.compute as pc
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engines.model.load import load_moe_causal_lm, load_tokenizer
+from engines.rollout.metrics import episode_metrics
+from engines.trainer.advantages import advantages_record, step_advantages
 from engines.trainer.checkpoint import load_latest_state, save_state
 from engines.trainer.config import TrainerConfig
 from engines.trainer.distributed import make_accelerator, make_trainee
@@ -44,7 +45,7 @@ from engines.trainer.rl_step import rl_step
 from storage import checkpoints, shards
 from storage.config import StorageConfig
 from storage.fs import Store, open_store
-from storage.tables import write_step_metrics
+from storage.tables import write_advantages, write_step_metrics
 
 log = logging.getLogger("tandem.trainer")
 COMPLETE_SHARD = "final"
@@ -115,32 +116,12 @@ def wait_for_step(store: Store, cfg: LaneConfig, step: int) -> None:
         time.sleep(cfg.poll_interval_s)
 
 
-def rollout_metrics(episodes, step: int) -> dict:
-    """Columns of the steps table that describe the step's episodes."""
-
-    def mean(table, col):
-        v = pc.mean(pc.cast(table.column(col), "float64")).as_py()
-        return v if v is not None and not math.isnan(v) else None
-
-    min_version = pc.min(episodes.column("min_policy_version")).as_py()
-    # Infrastructure failures say nothing about the policy: left out of both means
-    # (their reward is NaN, which would make the mean NULL).
-    graded = episodes.filter(pc.invert(episodes.column("infra_failure")))
-    return {
-        "reward_mean": mean(graded, "reward"),
-        "pass_rate": mean(graded, "resolved"),
-        "staleness_max": None if min_version is None else step - min_version,
-        "completion_tokens": int(pc.sum(episodes.column("num_completion_tokens")).as_py() or 0)
-        or sum(len(c) for c in episodes.column("completion_ids").to_pylist()),
-    }
-
-
 class TrainerLane:
     """The lane's state between steps: model, optimizer, store, next step.
 
-    `train(step)` trains one step and publishes version step + 1; callers wait for
-    the step's rollouts first (`wait_for_step`). Prefect's trainer-lane flow wraps
-    each call in a task; `train_steps` is the plain loop.
+    `wait_for_rollouts(step)` blocks until the step's rollouts are complete;
+    `train(step)` trains on them and publishes version step + 1. Prefect's tasks
+    (tasks/trainer.py) wrap each; `train_steps` is the plain loop.
     """
 
     def __init__(self, cfg: LaneConfig) -> None:
@@ -158,6 +139,9 @@ class TrainerLane:
         if saved is not None:
             log.info("resuming run %s after step %d (state %s)", cfg.run, saved, cfg.state_path())
 
+    def wait_for_rollouts(self, step: int) -> None:
+        wait_for_step(self.store, self.cfg, step)
+
     def train(self, step: int) -> dict:
         """One optimizer step on step `step`'s rollouts; export, publish, record, save state."""
         if step != self.next_step:
@@ -165,7 +149,8 @@ class TrainerLane:
         cfg, store = self.cfg, self.store
         episodes = shards.read_step(store, cfg.rollouts_run, step)
         t0 = time.perf_counter()
-        metrics = rl_step(self.trainee, episodes, cfg.trainer)
+        advantages = step_advantages(episodes, cfg.trainer.std_scale_advantages, cfg.trainer.negative_advantage_scale)
+        metrics = rl_step(self.trainee, episodes, cfg.trainer, advantages)
         metrics["training_s"] = time.perf_counter() - t0
         version = step + 1
         metrics["policy_version"] = version
@@ -183,8 +168,11 @@ class TrainerLane:
                 architecture=self.arch,
             )
             checkpoints.publish(store, cfg.run, version, step, uri, _FORMAT_NAMES[cfg.trainer.export_format])
-            metrics.update(rollout_metrics(episodes, step))
+            metrics.update(episode_metrics(episodes, step))
             write_step_metrics(store, cfg.run, step, metrics)
+            write_advantages(
+                store, cfg.run, step, advantages_record(episodes, advantages, cfg.run, step, cfg.rollouts_run)
+            )
             log.info("step %d: %s", step, _summary(metrics))
         self.accelerator.wait_for_everyone()
         save_state(self.accelerator, cfg.state_path(), step, cfg.trainer.keep_last_states, self.trainee.save_local)
@@ -201,7 +189,7 @@ def train_steps(cfg: LaneConfig) -> list[dict]:
     results = []
     try:
         for step in range(lane.next_step, cfg.first_step + cfg.num_steps):
-            wait_for_step(lane.store, cfg, step)
+            lane.wait_for_rollouts(step)
             results.append(lane.train(step))
     finally:
         lane.close()

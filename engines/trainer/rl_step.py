@@ -22,7 +22,7 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from engines.trainer.advantages import with_group_advantages
+from engines.trainer.advantages import GroupAdvantages, step_advantages, trainable_episodes
 from engines.trainer.config import TrainerConfig
 from engines.trainer.loss import rl_loss_sums, token_logprobs
 from engines.trainer.packing import Batch, Episode, episodes_from_table, make_batch
@@ -196,9 +196,16 @@ def _empty_micro_batch(like: Batch) -> Batch:
     )
 
 
-def rl_step(trainee: Trainee, episodes: pa.Table, cfg: TrainerConfig) -> dict[str, float]:
-    """One optimizer step on a step's episodes (a ROLLOUTS table, every rank gets all of it)."""
-    trainable = with_group_advantages(episodes, cfg.std_scale_advantages, cfg.negative_advantage_scale)
+def rl_step(
+    trainee: Trainee, episodes: pa.Table, cfg: TrainerConfig, advantages: GroupAdvantages | None = None
+) -> dict[str, float]:
+    """One optimizer step on a step's episodes (a ROLLOUTS table, every rank gets all of it).
+
+    `advantages`: the episodes' advantages, when the caller records them (the lane
+    does); None computes them from the rewards with `cfg`'s settings."""
+    if advantages is None:
+        advantages = step_advantages(episodes, cfg.std_scale_advantages, cfg.negative_advantage_scale)
+    trainable = trainable_episodes(episodes, advantages)
     all_eps = episodes_from_table(trainable)
     global_tokens = sum(int(e.loss_mask.sum()) for e in all_eps)
     metrics: dict[str, float] = {

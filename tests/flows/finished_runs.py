@@ -43,7 +43,7 @@ def graded_run(root: str, run: str, corpus_dir: Path, steps: int = 2, tasks_per_
                 for j, patch in enumerate((t.patch, "", t.patch[: len(t.patch) // 2]))
             ]
             grades = grade_episodes(grader, GradeCache(), pairs)
-            table = episodes_table(run, step, [t for t, _ in pairs], [e for _, e in pairs], grades, std_scale=False)
+            table = episodes_table(run, step, [t for t, _ in pairs], [e for _, e in pairs], grades)
             shards.write_shard(store, run, step, "final", table)
             total += table.num_rows
     return total

@@ -143,6 +143,10 @@ def test_deployed_run_survives_a_killed_trainer_lane(worker, tmp_path):
     assert lake.sql("SELECT step, count(*) FROM steps GROUP BY step ORDER BY step").fetchall() == [
         (s, 1) for s in range(STEPS)
     ]
+    # The advantages each step trained on, one row per episode, recorded by the trainer.
+    assert lake.sql("SELECT step, count(*) FROM advantages GROUP BY step ORDER BY step").fetchall() == [
+        (s, 8) for s in range(STEPS)
+    ]
     stale = lake.sql("SELECT max(step - min_policy_version) FROM rollouts").fetchall()[0][0]
     assert stale <= 1
     assert checkpoints.latest(store, "deployed").version == STEPS

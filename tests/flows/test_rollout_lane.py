@@ -10,3 +10,26 @@ def test_busy_share_counts_idle_and_iowait_as_free():
     assert busy_share(start, end) == 0.75  # 30 of 40 core-seconds busy
     assert busy_share(start, Times(10, 5, 90, 15)) == 0.0
     assert busy_share(start, start) == 0.0  # no time elapsed: nothing to divide
+
+
+def test_prefect_passes_a_lane_to_its_tasks_without_walking_it():
+    """Why no task argument needs quote(): Prefect looks for futures inside dataclass,
+    list and dict arguments (about 1 s per call with thousands of tasks), not inside
+    a plain object such as the lane."""
+    from prefect.utilities.collections import visit_collection
+
+    from engines.rollout.lane import RolloutLane, RolloutSettings
+
+    tasks = [object()] * 1000
+    lane = RolloutLane(None, "r", None, None, None, None, None, RolloutSettings(1, 2, 0, 1), train_tasks=tasks)
+    seen = []
+    visit_collection(lane, lambda x: seen.append(x) or x, return_data=False)
+    assert seen == [lane]
+
+
+def test_a_step_of_infra_failures_only_shows_no_reward():
+    from flows.rollout_lane import step_line
+
+    m = dict(policy_version=3, reward_mean=None, pass_rate=None, completion_tokens=0)
+    m.update(generation_s=1.0, grading_s=0.0, weight_update_s=0.0, wait_s=0.0)
+    assert step_line(m).startswith("v3 reward=n/a pass=n/a gen=1.0s")

@@ -17,7 +17,7 @@ from storage import checkpoints, query, runs, shards, tables
 from storage.atomic import write_bytes_atomic
 from storage.fs import open_store
 from storage.migrate import migrate
-from storage.schema import RESCORES, TASKS, VERSION_KEY
+from storage.schema import ADVANTAGES, RESCORES, TASKS, VERSION_KEY
 from tests.storage.conftest import make_episodes
 
 RUN = "r1"
@@ -29,6 +29,7 @@ EXPECTED = {
     "checkpoints": (2, "version", [0, 1]),
     "runs": (1, None, []),
     "rescores": (3, "step", [1, 1, 1]),
+    "advantages": (2, "step", [1, 1]),
 }
 
 
@@ -47,6 +48,11 @@ def fill_every_table(root: str) -> None:
         {"run_id": RUN, "step": 1, "source_run": "src", "reward": 1.0, "stored_reward": 1.0, "agrees": True}
     ] * 3
     tables.write_rescores(store, RUN, 1, pa.Table.from_pylist(rescored, schema=RESCORES))
+    trained = [
+        {"run_id": RUN, "step": 1, "group_id": "g", "sample_index": i, "reward": float(i), "advantage": i - 0.5}
+        for i in range(2)
+    ]
+    tables.write_advantages(store, RUN, 1, pa.Table.from_pylist(trained, schema=ADVANTAGES))
 
 
 def read_with_every_reader(url: str, s3: bool) -> dict[str, pd.DataFrame]:
@@ -89,7 +95,7 @@ def _as_version_1(root: str) -> None:
     for path in store.fs.glob(f"{store.root}/{RUN}/*/*=*/*.parquet"):
         table = pq.read_table(path)  # a single file: no key from the path
         kind = table.schema.metadata[b"tandem.table"].decode()
-        key = {"rollouts": "step", "steps": "step", "checkpoints": "version", "rescores": "step"}[kind]
+        key = {"checkpoints": "version"}.get(kind, "step")
         value = int(path.split(f"/{key}=")[1].split("/")[0])
         table = table.append_column(pa.field(key, pa.int64()), pa.array([value] * table.num_rows, pa.int64()))
         if "patch" in table.column_names:
@@ -113,7 +119,7 @@ def test_a_version_1_lake_is_read_here_and_migrated_for_everyone(tmp_path) -> No
     assert checkpoints.latest(store, RUN).version == 1 and shards.read_step(store, RUN, 1).num_rows == 3
 
     report = migrate(store)
-    assert len(report.rewritten) == 2 + 2 + 2 + 1 and report.failed == {}
+    assert len(report.rewritten) == 2 + 2 + 2 + 1 + 1 and report.failed == {}
     assert migrate(store).rewritten == []  # idempotent: current files are left alone
     assert sorted(pd.read_parquet(f"{root}/{RUN}/rollouts")["step"].astype(int)) == [0, 0, 0, 1, 1, 1]
     assert "patch" in pl.read_parquet(f"{root}/{RUN}/rollouts").columns
@@ -132,5 +138,5 @@ def test_tandem_lake_migrate_reports_what_it_rewrote(tmp_path) -> None:
     _as_version_1(root)
     result = CliRunner().invoke(app, ["lake", "migrate", "--root", root])
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip() == "rewrote 7 files, 2 already current, 0 unreadable"
+    assert result.stdout.strip() == "rewrote 8 files, 2 already current, 0 unreadable"
     assert len(pd.read_parquet(f"{root}/{RUN}/steps")) == 2

@@ -12,8 +12,8 @@ import pytest
 from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
 from engines.env.micro import generate_micro_tasks
+from engines.rollout.metrics import episode_metrics
 from engines.rollout.step import GradeCache
-from engines.trainer.lane import rollout_metrics
 from tests.storage.conftest import make_episodes
 
 
@@ -41,7 +41,7 @@ def test_step_metrics_leave_infra_failures_out() -> None:
     for i, r in enumerate(rows):
         r.update(reward=float(i % 2), resolved=bool(i % 2))
     table = _with_infra_failure(pa.Table.from_pylist(rows, schema=table.schema), 0)
-    metrics = rollout_metrics(table, 2)
+    metrics = episode_metrics(table, 2)
     # Seven graded episodes, four of them (1, 3, 5, 7) resolved.
     assert metrics["reward_mean"] == pytest.approx(4 / 7)
     assert metrics["pass_rate"] == pytest.approx(4 / 7)
@@ -50,5 +50,5 @@ def test_step_metrics_leave_infra_failures_out() -> None:
 def test_a_step_of_infra_failures_only_has_no_reward_mean() -> None:
     table = make_episodes("r", 0, 2)
     table = _with_infra_failure(_with_infra_failure(table, 0), 1)
-    metrics = rollout_metrics(table, 0)
+    metrics = episode_metrics(table, 0)
     assert metrics["reward_mean"] is None and metrics["pass_rate"] is None

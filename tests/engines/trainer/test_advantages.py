@@ -2,7 +2,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from engines.trainer.advantages import group_advantages, with_group_advantages
+from engines.trainer.advantages import advantages_record, group_advantages, step_advantages, with_group_advantages
 
 
 def test_reward_minus_group_mean_by_hand():
@@ -59,3 +59,22 @@ def test_arrow_table_filtered_and_advantage_replaced():
     out = with_group_advantages(t)
     assert out.column("group_id").to_pylist() == ["a", "a"]
     assert out.column("advantage").to_pylist() == [0.5, -0.5]
+
+
+def test_the_record_holds_every_episode_with_its_advantage_and_whether_it_trained():
+    t = pa.table(
+        {
+            "task_id": ["t1"] * 3 + ["t2"] * 2,
+            "group_id": ["a", "a", "a", "b", "b"],
+            "sample_index": [0, 1, 2, 0, 1],
+            "reward": [1.0, 0.0, float("nan"), 1.0, 1.0],
+            "infra_failure": [False, False, True, False, False],
+            "advantage": [9.0] * 5,  # stored values are never read
+        }
+    )
+    adv = step_advantages(t, negative_scale=0.5)
+    record = advantages_record(t, adv, "replay", 4, "source").to_pylist()
+    assert [r["advantage"] for r in record] == [0.5, -0.25, None, 0.0, 0.0]
+    assert [r["trained"] for r in record] == [True, True, False, False, False]
+    assert {(r["run_id"], r["step"], r["rollouts_run"]) for r in record} == {("replay", 4, "source")}
+    assert with_group_advantages(t, negative_scale=0.5)["advantage"].to_pylist() == [0.5, -0.25]

@@ -92,6 +92,27 @@ def test_step_without_signal_or_with_nan_is_skipped_and_still_published(tiny_mod
     assert _steps_table(cfg).column("skipped").to_pylist() == [True, True]
 
 
+def test_the_advantages_table_holds_exactly_what_the_step_trained_on(tiny_model, tiny_model_dir, tmp_path, monkeypatch):
+    import engines.trainer.rl_step as rl_step_module
+    from storage.parquet_io import read_table
+
+    cfg = _lane(tmp_path, tiny_model_dir, steps=1, std_scale_advantages=True, negative_advantage_scale=0.5)
+    _write_steps(cfg, tiny_model, [0])  # stored `advantage` 0.0 everywhere: never read
+    batches = []
+    packed = rl_step_module.episodes_from_table
+    monkeypatch.setattr(rl_step_module, "episodes_from_table", lambda t: batches.append(t) or packed(t))
+    train_steps(cfg)
+    (trained,) = batches  # the table the optimizer step was packed from
+    used = dict(zip(zip(trained["group_id"].to_pylist(), trained["sample_index"].to_pylist()), trained["advantage"]))
+    path = Path(cfg.storage.root) / cfg.run / "advantages" / "step=0" / "trained.parquet"
+    record = read_table(open_store(cfg.storage), str(path)).to_pylist()
+    assert len(record) == 16 and {r["rollouts_run"] for r in record} == {cfg.run}
+    assert {(r["group_id"], r["sample_index"]): r["advantage"] for r in record if r["trained"]} == {
+        k: v.as_py() for k, v in used.items()
+    }
+    assert any(not r["trained"] for r in record) and any(r["advantage"] < 0 for r in record if r["trained"])
+
+
 def test_waiting_for_a_missing_step_times_out_with_a_clear_error(tiny_model_dir, tmp_path):
     cfg = _lane(tmp_path, tiny_model_dir, steps=1).model_copy(update={"wait_timeout_s": 0.2})
     with pytest.raises(TimeoutError, match="step 0 of run 'run1'.*rollout lane"):

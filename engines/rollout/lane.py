@@ -1,0 +1,179 @@
+"""The rollout lane of the asynchronous RL loop, the trainer lane's counterpart
+(engines/trainer/lane.py: TrainerLane).
+
+For each step s: wait until a policy fresh enough for s is published
+(engines/staleness.py), serve it, generate and grade the step's episodes, and
+publish them as the step's `final` shard, which completes the step for the trainer
+lane. The lane holds what every step works with (servers, agents, grader, store), so
+each call names only its step; Prefect's tasks (tasks/rollout.py) wrap its methods
+one to one.
+
+Crash and restart: a step whose shard exists is done (`is_published`); a step redone
+asks the same tasks (a function of the seed and the step) and its shard replaces the
+earlier attempt's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engines.env.config import EnvConfig
+from engines.env.grader import GradingPool
+from engines.env.types import Task
+from engines.inference.agent import AgentLoop
+from engines.inference.server_pool import ServerPool
+from engines.model.load import local_model_dir
+from engines.rollout.evaluate import evaluate
+from engines.rollout.metrics import episode_metrics
+from engines.rollout.step import GradeCache, StepResult, run_step, sample_step_tasks
+from engines.staleness import version_to_use
+from storage import checkpoints, shards
+from storage.fs import Store
+from storage.retention import apply_retention
+
+log = logging.getLogger("tandem.rollout")
+COMPLETE_SHARD = "final"  # the shard that completes a step for the trainer lane
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """How the lane rolls out a step (from the run's `rl` settings)."""
+
+    tasks_per_step: int
+    group_size: int
+    seed: int
+    async_level: int
+    policy_timeout_s: float = 3600.0  # give up waiting for the trainer after this long
+    load_attempts: int = 3  # tries to load a version into the servers
+    load_retry_s: float = 5.0  # pause between those tries
+
+
+@dataclass(frozen=True)
+class PolicyWait:
+    version: int
+    waited_s: float
+
+
+class RolloutLane:
+    """The lane's state between steps. A plain class on purpose: Prefect walks
+    dataclass, list and dict arguments of a task looking for futures (about 1 s per
+    call with thousands of tasks inside), and passes other objects as they are."""
+
+    def __init__(
+        self,
+        store: Store,
+        run: str,
+        pool: ServerPool,
+        agent: AgentLoop,
+        greedy: AgentLoop,
+        grader: GradingPool,
+        env: EnvConfig,
+        settings: RolloutSettings,
+        train_tasks: Sequence[Task] = (),
+        heldout: Sequence[Task] = (),
+        started_from: int = 0,
+    ) -> None:
+        self.store, self.run, self.pool, self.grader, self.env = store, run, pool, grader, env
+        self.agent = agent  # samples at the training temperature
+        self.greedy = greedy  # temperature 0, for pass@1
+        self.settings = settings
+        self.train_tasks, self.heldout = list(train_tasks), list(heldout)
+        self.started_from = started_from  # the version the servers start (and restart) from
+        self.cache = GradeCache()
+
+    @property
+    def served(self) -> int:
+        """The weight version the servers serve."""
+        return self.pool.version
+
+    def is_published(self, step: int) -> bool:
+        return shards.shard_exists(self.store, self.run, step, COMPLETE_SHARD)
+
+    async def wait_for_policy(self, step: int, async_level: int | None = None) -> PolicyWait:
+        """The newest published version allowed for `step`, once there is one (blocks
+        while the trainer is behind). `async_level` defaults to the settings'."""
+        level = self.settings.async_level if async_level is None else async_level
+        start = time.monotonic()
+        deadline = start + self.settings.policy_timeout_s
+        while True:
+            latest = checkpoints.latest(self.store, self.run)
+            version = version_to_use(step, level, None if latest is None else latest.version)
+            if version is not None:
+                return PolicyWait(version, time.monotonic() - start)
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"step {step}: no policy version >= {step - level} after {self.settings.policy_timeout_s:.0f} s; "
+                    "is the trainer lane running?"
+                )
+            await asyncio.sleep(0.25)
+
+    async def load_policy(self, version: int) -> float:
+        """Serve `version` unless it is already served; returns the seconds this took."""
+        if version <= self.served:
+            return 0.0
+        start = time.monotonic()
+        weights = str(local_model_dir(checkpoints.get(self.store, self.run, version).uri))
+        for attempt in range(self.settings.load_attempts):
+            try:
+                await self.pool.update_weights(weights, version)
+                break
+            except Exception as exc:
+                if attempt == self.settings.load_attempts - 1:
+                    raise
+                log.warning("loading version %d failed (%s); trying again", version, exc)
+                await asyncio.sleep(self.settings.load_retry_s)
+        return time.monotonic() - start
+
+    async def generate(self, step: int) -> StepResult:
+        """The step's episodes, generated by the served policy and graded."""
+        s = self.settings
+        tasks = sample_step_tasks(self.train_tasks, step, s.tasks_per_step, s.seed)
+        return await run_step(
+            self.agent, self.grader, self.cache, self.env, self.run, step, tasks, s.group_size, s.async_level
+        )
+
+    async def publish(self, step: int, result: StepResult) -> str:
+        """Write the step's `final` shard (the trainer lane may train on it from now on)."""
+        return await asyncio.to_thread(shards.write_shard, self.store, self.run, step, COMPLETE_SHARD, result.table)
+
+    async def roll_out(self, step: int) -> dict[str, Any]:
+        """One whole step: wait for a fresh-enough policy, serve it, generate, publish.
+        Returns the step's metrics (engines/rollout/metrics.py) and timings."""
+        policy = await self.wait_for_policy(step)
+        update_s = await self.load_policy(policy.version)
+        result = await self.generate(step)
+        uri = await self.publish(step, result)
+        return {
+            "uri": uri,
+            "episodes": result.table.num_rows,
+            **episode_metrics(result.table, step),
+            "generation_s": result.generation_s,
+            "grading_s": result.grading_s,
+            "policy_version": policy.version,
+            "wait_s": policy.waited_s,
+            "weight_update_s": update_s,
+        }
+
+    async def serve_final(self, version: int) -> float:
+        """Wait until the trainer published `version` (its last), then serve it."""
+        await self.wait_for_policy(version, async_level=0)
+        return await self.load_policy(version)
+
+    def retain(self, keep_last: int, milestone_every: int) -> list[int]:
+        """Delete the weight versions the retention policy does not keep; never the one
+        served, nor the one the servers start from (a server that dies is restarted
+        from that directory, then brought up to the served one)."""
+        in_use = {self.served, self.started_from}
+        return apply_retention(self.store, self.run, keep_last, milestone_every, in_use)
+
+    async def evaluate(self, k: int) -> dict[str, Any]:
+        """pass@1 (greedy) and pass@k of the served policy on the held-out tasks."""
+        result = await evaluate(
+            self.greedy, self.agent, self.grader, self.cache, self.env, self.heldout, k, self.served
+        )
+        return result.as_dict()

@@ -1,0 +1,37 @@
+"""The trainer lane under torchrun: one rank per process, as a child process that
+this one follows through the versions it publishes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+from engines.trainer.lane import LaneConfig
+from storage import checkpoints
+from storage.fs import open_store
+
+
+def torchrun_lane(cfg: LaneConfig, processes: int, on_publish: Callable[[int], None] = lambda v: None) -> int:
+    """Run `python -m engines.trainer.lane` under torchrun until it exits; calls
+    `on_publish` with each newly published version. Returns the newest seen (-1: none)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        f.write(cfg.model_dump_json())
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+    proc = subprocess.Popen([*cmd, "-m", "engines.trainer.lane", "--config", f.name])
+    store, seen = open_store(cfg.storage), -1
+    try:
+        while proc.poll() is None:
+            latest = checkpoints.latest(store, cfg.run)
+            if latest is not None and latest.version > seen:
+                seen = latest.version
+                on_publish(seen)
+            time.sleep(1.0)
+    finally:
+        os.unlink(f.name)
+    if proc.returncode:
+        raise RuntimeError(f"torchrun trainer lane exited with code {proc.returncode}")
+    return seen
