@@ -100,7 +100,7 @@ class DisaggregationConfig(BaseModel):
     shared_storage_path: str | None = Field(
         None,
         description="ExampleConnector only: the directory both servers read and write KV files in; None: a folder "
-        "in the pool's log directory. Grows with the prompts served (a folder per prompt).",
+        "in the pool's log directory. Holds a folder per prompt, cleared at every weight update.",
     )
 
     @model_validator(mode="after")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -85,6 +86,17 @@ class PrefillDecode:
 
     def __init__(self, pool: ServerPool) -> None:
         self.pool = pool
+        self.shared_kv = shared_kv_path(pool.cfg, pool.log_dir)  # ExampleConnector's files, else None
+
+    def clear_shared_kv(self) -> None:
+        """Drop the KV files of the old weights after a weight update. ExampleConnector
+        stores a prompt once and serves that file to every later request for it, so a
+        file written before the update would be served after it; clearing also bounds
+        the folder to the prompts of one weight version."""
+        if self.shared_kv is None:
+            return
+        for entry in Path(self.shared_kv).iterdir():
+            shutil.rmtree(entry, ignore_errors=True)
 
     def _pick_prefill(self, session_id: str | None) -> ServerSlot | None:
         healthy = [s for s in self.pool.slots if s.role == "kv_producer" and s.healthy]

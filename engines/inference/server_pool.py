@@ -125,7 +125,7 @@ class ServerPool:
         python = launch.vllm_python()
         self._cpu_build = launch.is_cpu_build(python)
         launch.check_supported(self.cfg, self._cpu_build)
-        kv_path = disaggregation.shared_kv_path(self.cfg, self.log_dir)
+        kv_path = self._pd.shared_kv if self._pd is not None else None
         for i, role in enumerate(disaggregation.server_roles(self.cfg)):
             env = launch.server_environment(self.cfg, self._cpu_build, i)
             port = self.cfg.base_port + i if self.cfg.base_port else free_port(self.cfg.host)
@@ -317,6 +317,8 @@ class ServerPool:
                 await self._reload_all(path.resolve())
             if self.cfg.verify_checksums and len(self.slots) > 1:
                 await self._verify_same_weights()
+            if self._pd is not None:
+                await asyncio.to_thread(self._pd.clear_shared_kv)
         elapsed = time.monotonic() - start
         log.info("weights version %d from %s loaded on %d server(s) in %.2f s", version, path, len(self.slots), elapsed)
         return elapsed
