@@ -76,6 +76,13 @@ def run_command(
     except (ConfigError, FileNotFoundError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    from engines.inference.launch import UnsupportedOption, check_machine
+
+    try:  # options this machine's vLLM build cannot run are refused before anything starts
+        check_machine(cfg.inference)
+    except UnsupportedOption as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     from flows.prefect_api import prefect_api
     from flows.resume import ConfigChangedError, check_resume
     from flows.rl import rl

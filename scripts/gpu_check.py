@@ -5,10 +5,17 @@ vLLM servers (the GPU build, `vllm`, in the environment TANDEM_VLLM_PYTHON names
 
   reload     in-place weight update (pause, reload, resume) serves the new checkpoint
              exactly: served logprobs vs transformers on it (the CPU build cannot)
-  fp8        --quantization fp8 starts and generates
+  fp8        cluster.fp8='quantize' (--quantization fp8_per_block) starts and generates
   routes     routed-expert capture returns [positions, layers, top_k] per turn
   ep         expert parallel over the visible GPUs (needs >= 2)
-  pd         prefill/decode disaggregation flags reach the servers (NixlConnector)
+  pd         prefill/decode disaggregation over NixlConnector: each request through a
+             prefill server then a decode server, tokens equal to one server's
+  pd_routes  router replay with P/D: prompt routes from the prefill server, completion
+             routes from the decode server, joined, equal to one server's
+  fp8_export the trainer's block-FP8 export served as saved (cluster.fp8='checkpoint'),
+             then reloaded in place with new FP8 weights: as a fresh server on them
+  wide_ep    data parallel 2 x expert parallel with the wide-EP flags (needs >= 2
+             GPUs); prints a second node's command
 
 and the trainer's GPU paths (engines/trainer/parallelize.py), each as torchrun ranks
 over NCCL against the same RL steps in one process:
@@ -118,13 +125,121 @@ async def check_ep(model_dir: Path, work: Path) -> str:
     return f"expert parallel over 2 GPUs generated {len(out.token_ids)} tokens"
 
 
-async def check_pd(model_dir: Path, work: Path) -> str:
-    from engines.inference import launch
+async def _pd_pool_and_reference(cfg: InferenceConfig, prompt: list[int], capture: bool) -> tuple[Any, Any]:
+    """One request through prefill then decode, and the same request served whole by the
+    prefill server (what an undisaggregated pool returns)."""
+    params = SamplingParams(max_tokens=16, temperature=1.0, seed=3)
+    start = 0 if capture else None
+    async with ServerPool(cfg) as pool:
+        prefill = next(s for s in pool.slots if s.role == "kv_producer")
+        out = await pool.generate(prompt, params, session_id="pd", routed_experts_start=start)
+        alone = await pool.client.complete(prefill.url, prompt, params, routed_experts_start=start)
+    if out.token_ids != alone.token_ids:
+        raise AssertionError(f"P/D tokens {out.token_ids} differ from one server's {alone.token_ids}")
+    err = max(abs(a - b) for a, b in zip(out.logprobs, alone.logprobs))
+    if err > 1e-3:
+        raise AssertionError(f"P/D logprobs differ from one server's by {err:.3g}")
+    return out, alone
 
-    cfg = config(model_dir, cluster={"disaggregation": {"kv_connector": "NixlConnector"}})
-    argv = launch.server_command(cfg, "python", 8000, cpu_build=False, kv_role="kv_producer")
-    # The pool does not yet route prefill -> decode; this checks the flags only.
-    return "kv-transfer-config " + argv[argv.index("--kv-transfer-config") + 1]
+
+def _pd_config(model_dir: Path, connector: str, **cluster: Any) -> InferenceConfig:
+    # Two servers share one GPU: a small KV cache each, and room for both in memory.
+    disaggregation = {"kv_connector": connector, "num_prefill_servers": 1, "num_decode_servers": 1}
+    return config(
+        model_dir,
+        kv_cache_gb=1,
+        cluster={
+            "disaggregation": disaggregation,
+            "extra_server_args": ["--gpu-memory-utilization", "0.4"],
+            **cluster,
+        },
+    )
+
+
+LONG_PROMPT = [1] + [40 + (i * 7) % 200 for i in range(300)] + [4, 2]  # several KV blocks
+
+
+async def check_pd(model_dir: Path, work: Path) -> str:
+    cfg = _pd_config(model_dir, "NixlConnector")
+    out, _ = await _pd_pool_and_reference(cfg, LONG_PROMPT, capture=False)
+    return f"prefill -> decode over NixlConnector: {len(out.token_ids)} tokens equal to one server's"
+
+
+async def check_pd_routes(model_dir: Path, work: Path) -> str:
+    cfg = _pd_config(model_dir, "NixlConnector", routed_expert_capture=True)
+    out, alone = await _pd_pool_and_reference(cfg, LONG_PROMPT, capture=True)
+    expected = len(LONG_PROMPT) + len(out.token_ids) - 1
+    if out.routed_experts is None or out.routed_experts.shape[0] != expected:
+        shape = None if out.routed_experts is None else out.routed_experts.shape
+        raise AssertionError(f"joined routes {shape}, expected {expected} positions")
+    same = (out.routed_experts == alone.routed_experts).mean()
+    if same < 0.99:  # ties in the router may flip a few choices between servers
+        raise AssertionError(f"joined P/D routes agree with one server's on {same:.1%} of entries")
+    return f"routes {tuple(out.routed_experts.shape)} joined from prefill and decode, {same:.1%} equal to one server's"
+
+
+def _fp8_ready_model(work: Path) -> Path:
+    """A tiny MoE whose fused projections are multiples of 128 rows (vLLM's block-FP8 rule)."""
+    from engines.model.tiny import TinyModelConfig, create_tiny_model
+
+    texts = ["def add(a, b):\n    return a + b\n", "edit m.py 3\n    return x - 1\n", "submit\ntest\n"] * 50
+    return create_tiny_model(work / "tiny-fp8-ready", texts, TinyModelConfig(num_kv_heads=4))
+
+
+def _export_fp8(model_dir: Path, out: Path, perturb: bool) -> Path:
+    from engines.model.load import load_moe_causal_lm, load_tokenizer
+    from engines.trainer.export import export_weights
+
+    model = load_moe_causal_lm(model_dir)
+    if perturb:
+        torch.manual_seed(1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.05 * p.std().clamp(min=1e-3))
+    return Path(export_weights(model, load_tokenizer(model_dir), str(out), "fp8"))
+
+
+async def check_fp8_export(model_dir: Path, work: Path) -> str:
+    """The trainer's FP8 export served as saved, then reloaded in place with new FP8
+    weights: the reloaded server answers as a server started on them."""
+    base = _fp8_ready_model(work)
+    v0, v1 = _export_fp8(base, work / "fp8-v0", False), _export_fp8(base, work / "fp8-v1", True)
+    params = SamplingParams(max_tokens=16, temperature=0.0)
+    fp8 = {"dtype": "bfloat16", "worker_extension": False, "cluster": {"fp8": "checkpoint"}}
+    async with ServerPool(config(v0, **fp8)) as pool:
+        await pool.generate(PROMPT, params)
+        await pool.update_weights(str(v1), 1)
+        reloaded = await pool.generate(PROMPT, params)
+    async with ServerPool(config(v1, **fp8)) as pool:
+        fresh = await pool.generate(PROMPT, params)
+    if reloaded.token_ids != fresh.token_ids:
+        raise AssertionError(f"FP8 reload gave {reloaded.token_ids}, a fresh FP8 server {fresh.token_ids}")
+    err = max(abs(a - b) for a, b in zip(reloaded.logprobs, fresh.logprobs))
+    if err > 1e-3:
+        raise AssertionError(f"FP8 reload logprobs differ from a fresh FP8 server by {err:.3g}")
+    return f"block-FP8 export served and reloaded in place: {len(fresh.token_ids)} tokens as a fresh server's"
+
+
+async def check_wide_ep(model_dir: Path, work: Path) -> str:
+    """Data parallel 2 x expert parallel in one server with the wide-EP flags; the flags
+    of a second node are printed (one machine cannot start it)."""
+    from engines.inference import wide_ep
+
+    if torch.cuda.device_count() < 2:
+        raise RuntimeError("skipped: wide expert parallel needs 2 GPUs")
+    cluster = {
+        "data_parallel_size": 2,
+        "data_parallel_size_local": 2,
+        "data_parallel_address": "127.0.0.1",
+        "data_parallel_rpc_port": 13345,
+        "expert_parallel": True,
+        "all2all_backend": "allgather_reducescatter",
+    }
+    async with ServerPool(config(model_dir, cluster=cluster)) as pool:
+        out = await pool.generate(PROMPT, SamplingParams(max_tokens=16, seed=0))
+    two_nodes = config(model_dir, cluster={**cluster, "data_parallel_size": 4})
+    second = " ".join(wide_ep.secondary_node_command(two_nodes, "python", start_rank=2))
+    return f"DP 2 x EP generated {len(out.token_ids)} tokens; a second node would run: {second}"
 
 
 def trainer_rank(spec_file: str) -> None:
@@ -258,6 +373,9 @@ CHECKS = {
     "routes": check_routes,
     "ep": check_ep,
     "pd": check_pd,
+    "pd_routes": check_pd_routes,
+    "fp8_export": check_fp8_export,
+    "wide_ep": check_wide_ep,
     "trainer_fsdp2_ep": check_trainer_fsdp2_ep,
     "trainer_cp": check_trainer_cp,
     "trainer_bf16": check_trainer_bf16,

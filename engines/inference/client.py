@@ -143,6 +143,11 @@ class CompletionClient:
         data = await self._post(url, body, f"a batch of {len(prompts)} prompts", retries)
         return parse_completions(data, url, weight_version, len(prompts))
 
+    async def post(self, url: str, body: dict[str, Any], what: str, retries: int | None = None) -> dict[str, Any]:
+        """POST a completion `body` built by the caller (`completion_body` plus fields of
+        its own); errors as `complete`."""
+        return await self._post(url, body, what, retries)
+
     async def _post(self, url: str, body: dict[str, Any], what: str, retries: int | None) -> dict[str, Any]:
         attempts = 1 + (self.retries if retries is None else retries)
         last: Exception | None = None

@@ -14,10 +14,30 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engines.inference.server_args import check_extra_server_args
+
 # KV connectors registered by vLLM 0.32 (vllm/distributed/kv_transfer/kv_connector/factory.py)
-# that move KV blocks from a prefill server to a decode server.
+# that move KV blocks from a prefill server to a decode server. ExampleConnector goes
+# through files on a shared path and is the one the CPU build runs.
 KvConnector = Literal[
-    "NixlConnector", "NixlPullConnector", "NixlPushConnector", "LMCacheConnectorV1", "MooncakeConnector"
+    "NixlConnector",
+    "NixlPullConnector",
+    "NixlPushConnector",
+    "LMCacheConnectorV1",
+    "MooncakeConnector",
+    "ExampleConnector",
+]
+# vLLM 0.32's expert-parallel all-to-all backends (vllm/config/parallel.py, All2AllBackend).
+All2AllBackend = Literal[
+    "allgather_reducescatter",
+    "naive",
+    "pplx",
+    "deepep_high_throughput",
+    "deepep_low_latency",
+    "mori_high_throughput",
+    "mori_low_latency",
+    "nixl_ep",
+    "flashinfer_nvlink_two_sided",
 ]
 
 
@@ -73,8 +93,24 @@ class DisaggregationConfig(BaseModel):
     num_prefill_servers: int = Field(1, ge=1, description="Local servers started as KV producers (prefill).")
     num_decode_servers: int = Field(1, ge=1, description="Local servers started as KV consumers (decode).")
     kv_connector: KvConnector = Field(
-        "NixlConnector", description="vLLM KV connector that moves KV blocks between them."
+        "NixlConnector",
+        description="vLLM KV connector that moves KV blocks between them. 'ExampleConnector' writes each prompt's KV "
+        "to files under shared_storage_path (vLLM's reference connector; the one the CPU build runs).",
     )
+    shared_storage_path: str | None = Field(
+        None,
+        description="ExampleConnector only: the directory both servers read and write KV files in; None: a folder "
+        "in the pool's log directory. Holds a folder per prompt, cleared at every weight update.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> DisaggregationConfig:
+        if self.shared_storage_path is not None and self.kv_connector != "ExampleConnector":
+            raise ValueError(
+                f"cluster.disaggregation.shared_storage_path is read by ExampleConnector only, not by "
+                f"{self.kv_connector}: unset it, or set kv_connector = 'ExampleConnector'"
+            )
+        return self
 
 
 class ClusterOptions(BaseModel):
@@ -94,6 +130,33 @@ class ClusterOptions(BaseModel):
     expert_parallel: bool = Field(
         False, description="Spread experts over the tensor/data parallel ranks (--enable-expert-parallel)."
     )
+    data_parallel_size_local: int | None = Field(
+        None,
+        ge=1,
+        description="Data-parallel ranks on this node when data_parallel_size spans several nodes "
+        "(--data-parallel-size-local); None: all of them here (one node).",
+    )
+    data_parallel_address: str | None = Field(
+        None,
+        description="Address of the node with data-parallel rank 0, which every node's engines connect to "
+        "(--data-parallel-address). Needed when data_parallel_size_local < data_parallel_size.",
+    )
+    data_parallel_rpc_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="Port of the data-parallel coordination on that node (--data-parallel-rpc-port).",
+    )
+    all2all_backend: All2AllBackend | None = Field(
+        None,
+        description="All-to-all kernels of expert parallel (--all2all-backend), e.g. 'deepep_high_throughput' for "
+        "prefill-heavy wide EP across nodes; None: vLLM's default.",
+    )
+    extra_server_args: list[str] = Field(
+        default_factory=list,
+        description="Further vLLM server arguments passed through as given (e.g. ['--gpu-memory-utilization', "
+        "'0.85']). Flags this configuration already sets are refused, naming the field to use instead.",
+    )
     routed_expert_capture: bool = Field(
         False,
         description="Return the experts each token was routed to, [tokens, layers, top_k], for router replay in the trainer. Needs the GPU build.",
@@ -108,6 +171,23 @@ class ClusterOptions(BaseModel):
             raise ValueError(
                 "cluster.expert_parallel needs at least 2 ranks: set cluster.tensor_parallel_size or cluster.data_parallel_size >= 2"
             )
+        local = self.data_parallel_size_local
+        if local is not None and local > self.data_parallel_size:
+            raise ValueError(
+                f"cluster.data_parallel_size_local ({local}) exceeds cluster.data_parallel_size "
+                f"({self.data_parallel_size}): it counts this node's share of the data-parallel ranks"
+            )
+        if local is not None and local < self.data_parallel_size and self.data_parallel_address is None:
+            raise ValueError(
+                "cluster.data_parallel_size_local < data_parallel_size spans nodes: set cluster.data_parallel_address "
+                "to the address of the node with data-parallel rank 0"
+            )
+        if self.all2all_backend is not None and not self.expert_parallel:
+            raise ValueError(
+                f"cluster.all2all_backend={self.all2all_backend!r} is read only with expert parallel: set "
+                "cluster.expert_parallel = true, or unset all2all_backend"
+            )
+        check_extra_server_args(self.extra_server_args)
         return self
 
 
@@ -211,6 +291,11 @@ class InferenceConfig(BaseModel):
         if self.server_urls and self.cluster.disaggregation is not None:
             raise ValueError(
                 "cluster.disaggregation starts its own prefill and decode servers: leave server_urls empty"
+            )
+        if self.cluster.disaggregation is not None and self.num_servers != 1:
+            raise ValueError(
+                f"num_servers ({self.num_servers}) is not read with cluster.disaggregation: set "
+                "cluster.disaggregation.num_prefill_servers and num_decode_servers instead"
             )
         return self
 

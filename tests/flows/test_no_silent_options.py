@@ -1,0 +1,203 @@
+"""No silent options: every field of the run configuration is read by the code it
+configures, or refused with a reason where it cannot be honoured.
+
+Two checks:
+- static, over all of RunConfig: each field name is read as an attribute (`.name`)
+  somewhere in the project's code outside pydantic validators. A field nothing reads
+  fails here, so a new option cannot land unread. (A name shared by several fields
+  passes when any of them is read; the cluster options get the stricter check below.)
+- observable, over inference.cluster: changing each field from its default changes
+  the vLLM command line or the servers the pool starts, or is refused on the CPU
+  build with a message that names the field and what to use instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from engines.inference import disaggregation, launch
+from engines.inference.config import ClusterOptions, InferenceConfig
+from flows.config import _model_of
+from flows.run_config import RunConfig
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ("engines", "flows", "tasks", "storage", "scripts", "benchmarks")
+VALIDATORS = {"model_validator", "field_validator"}
+
+
+def fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(dotted key, field name) of every field, sections included, depth first."""
+    for name, info in model.model_fields.items():
+        yield f"{prefix}{name}", name
+        nested = _model_of(info.annotation)
+        if nested is not None:
+            yield from fields(nested, f"{prefix}{name}.")
+
+
+def _is_validator(node: ast.AST) -> bool:
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    for d in node.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        if (target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")) in VALIDATORS:
+            return True
+    return False
+
+
+def attributes_read(tree: ast.AST) -> set[str]:
+    """Attribute names loaded in `tree`, not counting reads inside validators (checking
+    a value is not using it) and string keys of getattr(obj, "name")."""
+    names: set[str] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if _is_validator(node):
+            continue
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            names.add(node.attr)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr" and len(node.args) >= 2:
+            key = node.args[1]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                names.add(key.value)
+        stack.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def project_reads() -> set[str]:
+    names: set[str] = set()
+    for folder in SOURCES:
+        for path in (ROOT / folder).rglob("*.py"):
+            names |= attributes_read(ast.parse(path.read_text(), str(path)))
+    return names
+
+
+# Fields read without `.name` in the code, each with where and how.
+READ_GENERICALLY = {
+    # A consent flag: its whole job is to let validation accept env.backend = 'unsandboxed'
+    # (engines/env/config.py), which the sandbox then honours.
+    "env.allow_unsandboxed",
+}
+
+
+def unread_fields(model: type[BaseModel]) -> list[str]:
+    reads = project_reads()
+    return [key for key, name in fields(model) if name not in reads and key not in READ_GENERICALLY]
+
+
+def test_every_run_config_field_is_read() -> None:
+    unread = unread_fields(RunConfig)
+    assert not unread, (
+        f"fields nothing reads: {unread}. Read each in the code it configures, or refuse it at validation with "
+        "the reason and what to use instead"
+    )
+
+
+def test_an_unread_field_is_found() -> None:
+    class Probe(BaseModel):
+        tensor_parallel_size: int = 1
+        option_nothing_reads_yet: int = 0
+
+    assert unread_fields(Probe) == ["option_nothing_reads_yet"]
+
+
+# Every cluster option set away from its default, in a combination validation accepts.
+CHANGED: dict[str, Any] = {
+    "fp8": "quantize",
+    "tensor_parallel_size": 2,
+    "data_parallel_size": 4,
+    "expert_parallel": True,
+    "data_parallel_size_local": 2,
+    "data_parallel_address": "10.0.0.1",
+    "data_parallel_rpc_port": 13345,
+    "all2all_backend": "deepep_high_throughput",
+    "routed_expert_capture": True,
+    "extra_server_args": ["--gpu-memory-utilization", "0.8"],
+    "disaggregation": {"num_prefill_servers": 2, "num_decode_servers": 3, "kv_connector": "MooncakeConnector"},
+}
+DISAGGREGATION_CHANGED: dict[str, Any] = {
+    "num_prefill_servers": 2,
+    "num_decode_servers": 3,
+    "kv_connector": "NixlConnector",
+    "shared_storage_path": "/shared/kv",
+}
+
+
+def launch_plan(cluster: dict[str, Any], cpu_build: bool) -> tuple[list[str | None], list[list[str]]]:
+    """The server roles and every server's argv the pool would use."""
+    cfg = InferenceConfig(model_dir="m", cluster=cluster)
+    roles = disaggregation.server_roles(cfg)
+    return roles, [launch.server_command(cfg, "py", 8000, cpu_build, role, "/tmp/kv") for role in roles]
+
+
+def cpu_refusal(cluster: dict[str, Any]) -> str | None:
+    try:
+        launch.check_supported(InferenceConfig(model_dir="m", cluster=cluster), cpu_build=True)
+    except launch.UnsupportedOption as err:
+        return str(err)
+    return None
+
+
+def test_changed_cluster_options_cover_every_field() -> None:
+    assert set(CHANGED) == set(ClusterOptions.model_fields)
+    assert set(DISAGGREGATION_CHANGED) == set(
+        ClusterOptions.model_fields["disaggregation"].annotation.__args__[0].model_fields
+    )  # type: ignore[union-attr]
+
+
+def _needed(field: str) -> dict[str, Any]:
+    """The smallest setting validation accepts with `field` changed."""
+    value = CHANGED[field]
+    needs: dict[str, dict[str, Any]] = {
+        "expert_parallel": {"tensor_parallel_size": 2},
+        "data_parallel_size_local": {"data_parallel_size": 4, "data_parallel_address": "10.0.0.1"},
+        "all2all_backend": {"expert_parallel": True, "tensor_parallel_size": 2},
+    }
+    return {**needs.get(field, {}), field: value}
+
+
+@pytest.mark.parametrize("field", sorted(CHANGED))
+def test_each_cluster_option_is_passed_on_or_refused(field: str) -> None:
+    setting = _needed(field)
+    base = {k: v for k, v in setting.items() if k != field}
+    for cpu_build in (False, True):
+        if cpu_build and (reason := cpu_refusal(setting)) is not None and cpu_refusal(base) is None:
+            assert f"cluster.{field}" in reason and (" use " in reason or "unset" in reason or "leave" in reason), (
+                reason
+            )
+            continue
+        assert launch_plan(setting, cpu_build) != launch_plan(base, cpu_build), (
+            f"cluster.{field}={setting[field]!r} changes neither the servers nor their flags "
+            f"({'CPU' if cpu_build else 'GPU'} build) and is not refused"
+        )
+
+
+@pytest.mark.parametrize("field", sorted(DISAGGREGATION_CHANGED))
+def test_each_disaggregation_option_is_passed_on_or_refused(field: str) -> None:
+    base = {"disaggregation": {"kv_connector": "ExampleConnector"}}
+    changed = {"disaggregation": {**base["disaggregation"], field: DISAGGREGATION_CHANGED[field]}}
+    for cpu_build in (False, True):
+        if cpu_build and (reason := cpu_refusal(changed)) is not None:
+            assert f"cluster.disaggregation.{field}" in reason and "use 'ExampleConnector'" in reason, reason
+            continue
+        assert launch_plan(changed, cpu_build) != launch_plan(base, cpu_build), (
+            f"cluster.disaggregation.{field} changes nothing the pool starts"
+        )
+
+
+def test_kv_roles_and_connector_reach_the_servers() -> None:
+    d = {"num_prefill_servers": 2, "num_decode_servers": 3, "kv_connector": "ExampleConnector"}
+    roles, argvs = launch_plan({"disaggregation": {**d, "shared_storage_path": "/shared/kv"}}, cpu_build=True)
+    assert roles == ["kv_producer"] * 2 + ["kv_consumer"] * 3
+    configs = [json.loads(a[a.index("--kv-transfer-config") + 1]) for a in argvs]
+    assert {c["kv_connector"] for c in configs} == {"ExampleConnector"}
+    assert [c["kv_role"] for c in configs] == roles
+    assert {c["kv_connector_extra_config"]["shared_storage_path"] for c in configs} == {"/shared/kv"}
