@@ -152,6 +152,13 @@ class RunInferenceConfig(InferenceConfig):
     limits: RunEpisodeLimits = Field(
         default_factory=RunEpisodeLimits, description="Turn, token and time limits of an episode."
     )
+    weight_cache_versions: int = Field(
+        3,
+        ge=3,
+        description="With an s3:// lake, weight versions the rollout host keeps copied on local disk "
+        "(engines/inference/weight_cache.py); the oldest others are deleted before each new copy. At least 3: "
+        "the version the servers started from, the one they serve and the one being loaded.",
+    )
 
 
 class RunSFTConfig(SFTConfig):

@@ -3,6 +3,7 @@ down. The only place that knows how the pieces fit together."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,7 +12,8 @@ from engines.env.grader import GradingPool
 from engines.env.types import Task
 from engines.inference.agent import AgentLoop
 from engines.inference.server_pool import ServerPool
-from engines.model.load import load_tokenizer, local_model_dir
+from engines.inference.weight_cache import WeightCache
+from engines.model.load import load_tokenizer
 from flows.run_config import RunConfig
 from storage import checkpoints
 from storage.fs import Store
@@ -34,7 +36,8 @@ async def rollout_runtime(config: RunConfig, store: Store, train_tasks: list[Tas
     latest = checkpoints.latest(store, config.run)
     if latest is None:
         raise RuntimeError(f"run {config.run!r} has no published weights: warm-start it first (the rl flow does)")
-    weights = str(local_model_dir(latest.uri))
+    cache = WeightCache(store, work_dir(config) / "weights", config.inference.weight_cache_versions)
+    weights = str(await asyncio.to_thread(cache.local_dir, latest.uri, latest.version, {latest.version}))
     inference = config.inference.model_copy(
         update={"model_dir": weights, "log_dir": config.inference.log_dir or str(work_dir(config) / "vllm-logs")}
     )
@@ -53,6 +56,7 @@ async def rollout_runtime(config: RunConfig, store: Store, train_tasks: list[Tas
                 env=config.env,
                 train_tasks=train_tasks,
                 started_from=latest.version,
+                weights=cache,
             )
     finally:
         grader.close()

@@ -17,7 +17,7 @@ from engines.env.grader import GradingPool
 from engines.env.types import Task
 from engines.inference.agent import AgentLoop
 from engines.inference.server_pool import ServerPool
-from engines.model.load import local_model_dir
+from engines.inference.weight_cache import WeightCache
 from engines.rollout.evaluate import EvalResult, evaluate
 from engines.rollout.step import GradeCache, run_step, sample_step_tasks
 from engines.staleness import version_to_use
@@ -38,6 +38,7 @@ class RolloutRuntime:
     grader: GradingPool
     env: EnvConfig
     train_tasks: list[Task]
+    weights: WeightCache  # local copies of the versions pulled from an s3:// lake
     started_from: int = 0  # the version whose directory the servers start (and restart) from
     cache: GradeCache = field(default_factory=GradeCache)
 
@@ -65,9 +66,11 @@ async def load_version(rt: RolloutRuntime, version: int, attempts: int = 3) -> f
     """Load `version` into every server (a few attempts); returns the seconds this took."""
     start = time.monotonic()
     ckpt = checkpoints.get(rt.store, rt.run, version)
+    in_use = {rt.pool.version, rt.started_from}
+    weights = await asyncio.to_thread(rt.weights.local_dir, ckpt.uri, version, in_use)
     for attempt in range(attempts):
         try:
-            await rt.pool.update_weights(str(local_model_dir(ckpt.uri)), version)
+            await rt.pool.update_weights(str(weights), version)
             break
         except Exception:
             if attempt == attempts - 1:
