@@ -21,6 +21,7 @@ from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingCon
 from engines.model.hub import is_hub_id
 from engines.model.tiny import TinyModelConfig
 from engines.trainer.config import SFTConfig, TrainerConfig
+from flows.lanes_config import LanesConfig
 from flows.metrics import MetricsConfig
 from storage.config import StorageConfig
 from storage.layout import check_name
@@ -273,6 +274,9 @@ class RunConfig(BaseModel):
     )
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Per-step metrics for TensorBoard (off by default)."
+    )
+    lanes: LanesConfig = Field(
+        default_factory=LanesConfig, description="Lanes on other machines, as deployments (off by default)."
     )
 
     @model_validator(mode="after")
