@@ -99,7 +99,8 @@ async def run_lanes_apart(config: RunConfig, model_dir: str) -> dict[str, Any]:
 
 async def supervise(deployment: str, parameters: dict[str, Any], lanes: LanesConfig) -> None:
     """Run `deployment` until one of its runs completes, submitting it again after a
-    crash or failure; a cancelled supervisor cancels the lane's run."""
+    crash or failure (a cancelled run is not submitted again); a cancelled supervisor
+    cancels the lane's run."""
     restarts = 0
     while True:
         run = await run_deployment(deployment, parameters=parameters, timeout=0)
@@ -107,7 +108,7 @@ async def supervise(deployment: str, parameters: dict[str, Any], lanes: LanesCon
         state = await _final_state(run.id, lanes.poll_interval_s)
         if state.is_completed():
             return
-        if restarts >= lanes.max_restarts:
+        if state.is_cancelled() or restarts >= lanes.max_restarts:
             raise RuntimeError(
                 f"lane {deployment} ended {state.type.value} ({state.message}) after {restarts} restarts; "
                 "see its flow run's logs"
