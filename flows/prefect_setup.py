@@ -1,4 +1,4 @@
-"""Prefect objects a deployment needs, created idempotently: the process work pool
+"""Prefect objects a deployment needs, created idempotently: the process work pools
 and the global concurrency limits the tasks take slots from (a limit whose name
 does not exist would be skipped with only a warning)."""
 
@@ -11,6 +11,8 @@ from prefect.exceptions import ObjectAlreadyExists
 from tasks.limits import ROLLOUT_LIMIT, TRAINING_LIMIT
 
 WORK_POOL = "tandem-process"
+# Lanes on different machines (flows/lanes_apart.py): one pool per kind of machine.
+LANE_POOLS = ("tandem-rollout", "tandem-trainer")
 LIMITS = {TRAINING_LIMIT: 1, ROLLOUT_LIMIT: 1}  # name -> slots
 
 
@@ -29,5 +31,6 @@ def ensure_work_pool(name: str = WORK_POOL) -> None:
 
 
 def setup() -> None:
-    ensure_work_pool()
+    for pool in (WORK_POOL, *LANE_POOLS):
+        ensure_work_pool(pool)
     ensure_limits()

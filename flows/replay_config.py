@@ -91,8 +91,8 @@ class ReplayTrainConfig(BaseModel):
     )
     state_dir: str | None = Field(
         None,
-        description="Local directory for the resumable trainer state; default "
-        "<root>/<run>/trainer_state; required when the root is s3://.",
+        description="Local directory for the resumable trainer state; default <root>/<run>/trainer_state "
+        "(~/.cache/tandem-rl/work/<run>/trainer_state for an s3:// root; copied into the lake as well).",
     )
     allow_config_change: bool = Field(
         False,
@@ -103,6 +103,4 @@ class ReplayTrainConfig(BaseModel):
     @model_validator(mode="after")
     def _names(self) -> ReplayTrainConfig:
         _check_names(self, "replay")
-        if self.state_dir is None and self.storage.root.startswith("s3://"):
-            raise ValueError("state_dir: the storage root is s3://; give a local directory for the trainer state")
         return self

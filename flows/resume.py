@@ -3,8 +3,8 @@ it asks for the same thing.
 
 The first start of a run stores its resolved configuration in the lake (the `runs`
 table). A later start under the same name is compared with the newest stored start,
-key by key: only the step count (`rl.steps`, to extend or shorten a run) and the
-override itself may differ. Anything else would mix two experiments in one run's
+key by key: only the step count (`rl.steps`, to extend or shorten a run), where
+the lanes run (`lanes.*`) and the override itself may differ. Anything else would mix two experiments in one run's
 rollouts and curves, so it is refused with every differing key listed, unless the
 configuration sets `allow_config_change = true`.
 """
@@ -19,7 +19,9 @@ from pydantic import BaseModel
 from storage import runs
 from storage.fs import Store
 
-MAY_DIFFER = frozenset({"rl.steps", "allow_config_change"})
+# Where the lanes run changes no result: a run may resume on other machines.
+_PLACEMENT = {f"lanes.{k}" for k in ("rollout_deployment", "trainer_deployment", "max_restarts", "poll_interval_s")}
+MAY_DIFFER = frozenset({"rl.steps", "allow_config_change", *_PLACEMENT})
 
 
 class ConfigChangedError(ValueError):
@@ -62,7 +64,7 @@ def check_resume(
         return []
     changes = config_changes(json.loads(previous["config"]), json.loads(config.model_dump_json()), may_differ)
     if changes and not allow_change:
-        steps = " or ".join(sorted(may_differ - {"allow_config_change"}))
+        steps = " or ".join(sorted(may_differ - {"allow_config_change"} - _PLACEMENT))
         listing = "\n".join(f"  - {c}" for c in changes)
         raise ConfigChangedError(
             f"run {run!r} under {store.display} was started with another configuration; "

@@ -3,7 +3,8 @@
     tasks -> warm start (v0) -> [rollout lane || trainer lane] -> evaluation -> summary
 
 The rollout lane runs here (it owns the vLLM servers); the trainer lane is a
-separate flow run in a child process. They meet only through the lake: the
+separate flow run in a child process. With `lanes` set, each lane is instead a
+deployment picked up by a worker on another machine (flows/lanes_apart.py). They meet only through the lake: the
 rollout lane writes step shards, the trainer publishes weight versions, and the
 staleness bound decides when the rollout lane may go on. Every start records its
 resolved configuration, code version and corpus in the run's `runs` table; re-running
@@ -24,6 +25,7 @@ from engines.trainer.lane import LaneConfig
 from flows.artifacts import publish_step_artifacts, publish_summary
 from flows.comparison import heldout_comparison
 from flows.lane_process import TrainerProcess
+from flows.lanes_apart import run_lanes_apart
 from flows.prefect_setup import ensure_limits
 from flows.provenance import start_record
 from flows.resume import check_resume
@@ -48,6 +50,17 @@ async def rl(config: RunConfig = RunConfig()) -> dict[str, Any]:
     corpus = _prepare_tasks(config, store, str(work / "corpus"))
     runs.record_start(store, config.run, start_record(config, "rl", corpus))
     v0 = warm_start(config, corpus)
+    if config.lanes.deployed:
+        evals = await run_lanes_apart(config, v0)
+    else:
+        evals = await _lanes_here(config, corpus, v0)
+    summary = await _summarize(config, store, evals, time.monotonic() - started)
+    return summary
+
+
+async def _lanes_here(config: RunConfig, corpus: str, v0: str) -> dict[str, Any]:
+    """The rollout lane in this process, the trainer lane in a supervised child."""
+    work = work_dir(config)
     trainer = TrainerProcess(
         LaneConfig(
             model_dir=v0,
@@ -71,9 +84,7 @@ async def rl(config: RunConfig = RunConfig()) -> dict[str, Any]:
         for t in lanes:
             t.cancel()
         await trainer.stop()
-    evals = lanes[0].result()
-    summary = await _summarize(config, store, evals, time.monotonic() - started)
-    return summary
+    return lanes[0].result()
 
 
 def _prepare_tasks(config: RunConfig, store, corpus_dir: str) -> str:

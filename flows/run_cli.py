@@ -107,10 +107,10 @@ def run_command(
 
 def prefect_setup_command() -> None:
     """Create the work pool and concurrency limits that prefect.yaml's deployments use."""
-    from flows.prefect_setup import LIMITS, WORK_POOL, setup
+    from flows.prefect_setup import LANE_POOLS, LIMITS, WORK_POOL, setup
 
     setup()
-    typer.echo(f"work pool {WORK_POOL!r} and concurrency limits {sorted(LIMITS)} are ready")
+    typer.echo(f"work pools {[WORK_POOL, *LANE_POOLS]} and concurrency limits {sorted(LIMITS)} are ready")
 
 
 def register(app: typer.Typer) -> None:

@@ -21,6 +21,7 @@ from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingCon
 from engines.model.hub import is_hub_id
 from engines.model.tiny import TinyModelConfig
 from engines.trainer.config import SFTConfig, TrainerConfig
+from flows.lanes_config import LanesConfig
 from flows.metrics import MetricsConfig
 from storage.config import StorageConfig
 from storage.layout import check_name
@@ -152,6 +153,13 @@ class RunInferenceConfig(InferenceConfig):
     limits: RunEpisodeLimits = Field(
         default_factory=RunEpisodeLimits, description="Turn, token and time limits of an episode."
     )
+    weight_cache_versions: int = Field(
+        3,
+        ge=3,
+        description="With an s3:// lake, weight versions the rollout host keeps copied on local disk "
+        "(engines/inference/weight_cache.py); the oldest others are deleted before each new copy. At least 3: "
+        "the version the servers started from, the one they serve and the one being loaded.",
+    )
 
 
 class RunSFTConfig(SFTConfig):
@@ -266,6 +274,9 @@ class RunConfig(BaseModel):
     )
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig, description="Per-step metrics for TensorBoard (off by default)."
+    )
+    lanes: LanesConfig = Field(
+        default_factory=LanesConfig, description="Lanes on other machines, as deployments (off by default)."
     )
 
     @model_validator(mode="after")

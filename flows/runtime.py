@@ -3,6 +3,7 @@ The only place that knows how the pieces fit together."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,7 +12,8 @@ from engines.env.grader import GradingPool
 from engines.env.types import Task
 from engines.inference.agent import AgentLoop
 from engines.inference.server_pool import ServerPool
-from engines.model.load import load_tokenizer, local_model_dir
+from engines.inference.weight_cache import WeightCache
+from engines.model.load import load_tokenizer
 from engines.rollout.lane import RolloutLane, RolloutSettings
 from flows.run_config import RunConfig
 from storage import checkpoints
@@ -46,7 +48,8 @@ async def open_rollout_lane(
     latest = checkpoints.latest(store, config.run)
     if latest is None:
         raise RuntimeError(f"run {config.run!r} has no published weights: warm-start it first (the rl flow does)")
-    weights = str(local_model_dir(latest.uri))
+    cache = WeightCache(store, work_dir(config) / "weights", config.inference.weight_cache_versions)
+    weights = str(await asyncio.to_thread(cache.local_dir, latest.uri, latest.version, {latest.version}))
     inference = config.inference.model_copy(
         update={"model_dir": weights, "log_dir": config.inference.log_dir or str(work_dir(config) / "vllm-logs")}
     )
@@ -67,6 +70,7 @@ async def open_rollout_lane(
                 train_tasks=train_tasks,
                 heldout=heldout,
                 started_from=latest.version,
+                weights=cache,
             )
     finally:
         grader.close()

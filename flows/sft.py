@@ -36,5 +36,5 @@ def warm_start(config: RunConfig, corpus_dir: str) -> str:
     )
     init = create_model(initial_dir(work_dir(config)), quote(demos), config.model.tiny)
     uri = checkpoints.weights_uri(store, config.run, 0)
-    fine_tune(init, quote(demos), uri, config.trainer)
+    fine_tune(init, quote(demos), uri, config.trainer, store)
     return publish(store, config.run, 0, -1, uri)

@@ -35,6 +35,8 @@ def trainer_lane(config: LaneConfig, tensorboard_dir: str | None = None) -> list
 
 def _train_in_process(config: LaneConfig, sink: MetricsSink | None = None) -> list[dict]:
     lane = TrainerLane(config)
+    if lane.next_step > config.first_step:
+        say(f"[trainer] resuming run {config.run} at step {lane.next_step} (state from {config.state_path()})")
     results = []
     try:
         last = config.first_step + config.num_steps

@@ -18,13 +18,18 @@ from tasks.progress import say
 @task(name="prepare-tasks", retries=1)
 def prepare_micro_corpus(store: Store, run: str, corpus_dir: str, train: int, heldout: int, seed: int) -> str:
     """Generate (or reuse) the micro corpus in `corpus_dir`; copy its table into the run."""
+    generate_micro_corpus(corpus_dir, train, heldout, seed)
+    publish_corpus_table(store, run, corpus_dir)
+    return corpus_dir
+
+
+def generate_micro_corpus(corpus_dir: str, train: int, heldout: int, seed: int) -> None:
+    """The micro corpus in `corpus_dir`, generated unless there (the same for the same seed on every machine)."""
     path = Path(corpus_dir)
     if not (path / TASKS_FILE).is_file():
         tasks = generate_micro_tasks(train, seed) + generate_micro_tasks(heldout, seed + 1, split="heldout")
         save_corpus(tasks, path)
         say(f"[tasks] generated {train} train + {heldout} held-out micro tasks in {path}")
-    publish_corpus_table(store, run, str(path))
-    return str(path)
 
 
 @task(name="use-corpus")

@@ -37,8 +37,12 @@ def create_model(out_dir: str, conversations: list[list[dict[str, str]]], cfg: T
 
 
 @task(name="sft", cache_policy=NO_CACHE)
-def fine_tune(model_dir: str, conversations: list[list[dict[str, str]]], out_dir: str, cfg: TrainerConfig) -> str:
-    return str(sft(model_dir, conversations, out_dir, cfg))
+def fine_tune(
+    model_dir: str, conversations: list[list[dict[str, str]]], out_uri: str, cfg: TrainerConfig, store: Store
+) -> str:
+    """Fine-tune and export to `out_uri` on the lake `store` (local path or s3:// URL)."""
+    sft(model_dir, conversations, out_uri, cfg, store=store)
+    return out_uri
 
 
 @task(name="resolve-model", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)

@@ -27,7 +27,7 @@ from engines.env.grader import GradingPool
 from engines.env.types import Task
 from engines.inference.agent import AgentLoop
 from engines.inference.server_pool import ServerPool
-from engines.model.load import local_model_dir
+from engines.inference.weight_cache import WeightCache
 from engines.rollout.evaluate import evaluate
 from engines.rollout.metrics import episode_metrics
 from engines.rollout.step import GradeCache, StepResult, run_step, sample_step_tasks
@@ -77,6 +77,8 @@ class RolloutLane:
         train_tasks: Sequence[Task] = (),
         heldout: Sequence[Task] = (),
         started_from: int = 0,
+        *,
+        weights: WeightCache,
     ) -> None:
         self.store, self.run, self.pool, self.grader, self.env = store, run, pool, grader, env
         self.agent = agent  # samples at the training temperature
@@ -84,6 +86,7 @@ class RolloutLane:
         self.settings = settings
         self.train_tasks, self.heldout = list(train_tasks), list(heldout)
         self.started_from = started_from  # the version the servers start (and restart) from
+        self.weights = weights  # local copies of the versions pulled from an s3:// lake
         self.cache = GradeCache()
 
     @property
@@ -117,7 +120,9 @@ class RolloutLane:
         if version <= self.served:
             return 0.0
         start = time.monotonic()
-        weights = str(local_model_dir(checkpoints.get(self.store, self.run, version).uri))
+        uri = checkpoints.get(self.store, self.run, version).uri
+        in_use = {self.served, self.started_from}
+        weights = str(await asyncio.to_thread(self.weights.local_dir, uri, version, in_use))
         for attempt in range(self.settings.load_attempts):
             try:
                 await self.pool.update_weights(weights, version)

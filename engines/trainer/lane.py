@@ -18,7 +18,9 @@ shard completes the step (for writers of exactly one shard per step).
 Crash and restart: the state is saved after publishing, so a restart resumes at the
 step after the newest saved state. A step whose state was not saved is redone from
 the same state and data and publishes the same version again (idempotent); no step
-is skipped and none is applied twice.
+is skipped and none is applied twice. Each saved state is also copied into the lake
+(engines/trainer/lake_state.py): a lane restarted on another machine, with an empty
+local state folder, takes the newest one from there.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from engines.model.load import load_moe_causal_lm, load_tokenizer
 from engines.rollout.metrics import episode_metrics
+from engines.trainer import lake_state
 from engines.trainer.advantages import advantages_record, step_advantages
 from engines.trainer.checkpoint import load_latest_state, save_state
 from engines.trainer.config import TrainerConfig
@@ -71,8 +74,9 @@ class LaneConfig(BaseModel):
     num_steps: int = Field(..., ge=1, description="Train steps first_step .. first_step + num_steps - 1.")
     state_dir: str | None = Field(
         None,
-        description="Local directory for resumable state; default <root>/<run>/trainer_state for a local root. "
-        "Required when the root is s3://.",
+        description="Local directory for resumable state; default <root>/<run>/trainer_state for a local root, "
+        "~/.cache/tandem-rl/work/<run>/trainer_state for an s3:// root. Each saved state is also copied into "
+        "the lake (<root>/<run>/trainer_state), so a lane restarted on another machine resumes at its last step.",
     )
     completion: Literal["final_shard", "any_shard"] = Field(
         "final_shard", description="When a step's rollouts count as complete (see module docstring)."
@@ -81,21 +85,17 @@ class LaneConfig(BaseModel):
     wait_timeout_s: float = Field(3600.0, gt=0, description="Give up waiting for one step's rollouts after this long.")
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Optimizer, loss and export settings.")
 
-    @model_validator(mode="after")
-    def _state(self) -> LaneConfig:
-        if self.state_dir is None and self.storage.root.startswith("s3://"):
-            raise ValueError("state_dir: the storage root is s3://; give a local directory for the trainer state")
-        return self
-
     @property
     def rollouts_run(self) -> str:
         """The run whose rollouts the lane trains on."""
         return self.source_run or self.run
 
     def state_path(self) -> Path:
-        return (
-            Path(self.state_dir) if self.state_dir else Path(self.storage.root).absolute() / self.run / "trainer_state"
-        )
+        if self.state_dir:
+            return Path(self.state_dir)
+        if self.storage.root.startswith("s3://"):  # the run's local work folder (flows/runtime.py)
+            return Path.home() / ".cache" / "tandem-rl" / "work" / self.run / "trainer_state"
+        return Path(self.storage.root).absolute() / self.run / "trainer_state"
 
 
 def step_complete(store: Store, run: str, step: int, completion: str = "final_shard") -> bool:
@@ -134,6 +134,12 @@ class TrainerLane:
         self.arch = type(model).__name__  # before FSDP2 renames the class (export writes it)
         self.tokenizer = load_tokenizer(cfg.model_dir)
         self.trainee = make_trainee(model, t, self.accelerator)
+        self.mirror = not lake_state.is_in_lake(self.store, cfg.run, cfg.state_path())
+        if self.mirror and self.accelerator.is_main_process:
+            fetched = lake_state.download_newer(self.store, cfg.run, cfg.state_path())
+            if fetched is not None:
+                log.info("trainer state after step %d taken from the lake", fetched)
+        self.accelerator.wait_for_everyone()
         saved = load_latest_state(self.accelerator, cfg.state_path(), self.trainee.load_local)
         self.next_step = cfg.first_step if saved is None else max(cfg.first_step, saved + 1)
         if saved is not None:
@@ -176,6 +182,8 @@ class TrainerLane:
             log.info("step %d: %s", step, _summary(metrics))
         self.accelerator.wait_for_everyone()
         save_state(self.accelerator, cfg.state_path(), step, cfg.trainer.keep_last_states, self.trainee.save_local)
+        if self.mirror and self.accelerator.is_main_process:
+            lake_state.upload(store, cfg.run, cfg.state_path(), step, cfg.trainer.keep_last_states)
         self.next_step = step + 1
         return metrics
 

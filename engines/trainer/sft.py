@@ -27,6 +27,7 @@ from engines.trainer.config import TrainerConfig
 from engines.trainer.export import export_weights
 from engines.trainer.packing import Batch, Episode, make_batch
 from engines.trainer.rl_step import clip_grad_norm, make_optimizer
+from storage.fs import Store
 
 
 def conversation_episode(tokenizer, messages: list[dict[str, str]], where: str = "conversation") -> Episode:
@@ -120,9 +121,15 @@ def sft_train(model, episodes: list[Episode], cfg: TrainerConfig, log=print) -> 
 
 
 def sft(
-    model_dir: str, conversations: list[list[dict[str, str]]], out_dir: str, cfg: TrainerConfig | None = None, log=print
+    model_dir: str,
+    conversations: list[list[dict[str, str]]],
+    out_dir: str,
+    cfg: TrainerConfig | None = None,
+    log=print,
+    store: Store | None = None,
 ) -> Path:
-    """Fine-tune the model of `model_dir` on `conversations`; export to `out_dir` and return it."""
+    """Fine-tune the model of `model_dir` on `conversations`; export to `out_dir` (a path
+    inside `store` when given, e.g. an s3:// weights URL) and return it."""
     cfg = cfg or TrainerConfig()
     if not conversations:
         raise ValueError("sft: no conversations given")
@@ -131,5 +138,5 @@ def sft(
     model = load_moe_causal_lm(model_dir)
     episodes = [conversation_episode(tokenizer, c, f"conversation {i}") for i, c in enumerate(conversations)]
     sft_train(model, episodes, cfg, log)
-    export_weights(model, tokenizer, str(out_dir), cfg.export_format)
+    export_weights(model, tokenizer, str(out_dir), cfg.export_format, store=store)
     return Path(out_dir)

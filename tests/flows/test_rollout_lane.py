@@ -21,7 +21,9 @@ def test_prefect_passes_a_lane_to_its_tasks_without_walking_it():
     from engines.rollout.lane import RolloutLane, RolloutSettings
 
     tasks = [object()] * 1000
-    lane = RolloutLane(None, "r", None, None, None, None, None, RolloutSettings(1, 2, 0, 1), train_tasks=tasks)
+    lane = RolloutLane(
+        None, "r", None, None, None, None, None, RolloutSettings(1, 2, 0, 1), train_tasks=tasks, weights=None
+    )
     seen = []
     visit_collection(lane, lambda x: seen.append(x) or x, return_data=False)
     assert seen == [lane]

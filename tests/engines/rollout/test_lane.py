@@ -17,6 +17,7 @@ from engines.env.config import EnvConfig
 from engines.env.micro import generate_micro_tasks
 from engines.env.types import GradeResult
 from engines.inference.types import Episode
+from engines.inference.weight_cache import WeightCache
 from engines.rollout.lane import RolloutLane, RolloutSettings
 from engines.rollout.metrics import episode_metrics
 from storage import checkpoints, shards
@@ -108,6 +109,7 @@ def _lane(tmp_path, async_level: int = 1, failures: int = 0, **settings) -> Roll
             tasks_per_step=2, group_size=4, seed=3, async_level=async_level, load_retry_s=0.0, **settings
         ),
         train_tasks=tasks,
+        weights=WeightCache(store, tmp_path / "weights", 3),
     )
 
 

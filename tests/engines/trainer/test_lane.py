@@ -119,9 +119,9 @@ def test_waiting_for_a_missing_step_times_out_with_a_clear_error(tiny_model_dir,
         train_steps(cfg)
 
 
-def test_s3_root_needs_a_local_state_dir(tiny_model_dir):
-    with pytest.raises(ValueError, match="state_dir"):
-        LaneConfig(model_dir=str(tiny_model_dir), storage={"root": "s3://b/x"}, run="r", num_steps=1)
+def test_an_s3_root_keeps_the_local_state_in_the_runs_work_folder(tiny_model_dir):
+    cfg = LaneConfig(model_dir=str(tiny_model_dir), storage={"root": "s3://b/x"}, run="r", num_steps=1)
+    assert cfg.state_path() == Path.home() / ".cache/tandem-rl/work/r/trainer_state"
 
 
 @pytest.mark.slow

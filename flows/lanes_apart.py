@@ -1,0 +1,132 @@
+"""An rl run's lanes on different machines: each lane a deployment that a worker of
+its own work pool picks up (prefect.yaml: rollout-host/remote on tandem-rollout,
+trainer-lane/remote on tandem-trainer). The machines share the lake (S3 or a shared
+disk), the Prefect API and HTTP, and no local path:
+
+- the trainer publishes each weight version to the lake; the rollout host copies
+  the versions it serves into its bounded local cache (engines/inference/weight_cache.py);
+- the trainer's resumable state goes into the lake (engines/trainer/lake_state.py),
+  so a trainer lane submitted again lands on any machine and resumes at its last step;
+- the rollout host prepares the corpus itself and leaves its result in the lake for
+  the rl flow's summary.
+
+A lane run that crashes or fails is submitted again (`lanes.max_restarts`). A machine
+that dies with its worker leaves its run Running; once the run is marked Crashed
+(by an operator, or by a Prefect automation on missing heartbeats) it is submitted again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+from uuid import UUID
+
+from prefect import flow
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import State
+from prefect.deployments import run_deployment
+from prefect.states import Cancelling
+
+from engines.env.corpus import load_corpus
+from engines.env.deps import ensure_task_deps
+from engines.trainer.lane import LaneConfig
+from flows.lanes_config import LanesConfig
+from flows.rollout_lane import rollout_lane
+from flows.run_config import RunConfig
+from flows.runtime import work_dir
+from storage.atomic import write_bytes_atomic
+from storage.fs import open_store
+from tasks.corpus import generate_micro_corpus
+from tasks.progress import say
+
+
+def result_path(run: str) -> str:
+    """Where the rollout host leaves the rollout lane's result, relative to the lake root."""
+    return f"{run}/evals/rollout-lane.json"
+
+
+@flow(name="rollout-host", log_prints=True)
+async def rollout_host(config: RunConfig) -> None:
+    """The rollout lane on a machine of its own: the corpus prepared here, the result into the lake."""
+    store = open_store(config.storage)
+    result = await rollout_lane(config, host_corpus(config))
+    write_bytes_atomic(store, result_path(config.run), json.dumps(result).encode())
+
+
+def host_corpus(config: RunConfig) -> str:
+    """This machine's copy of the run's tasks: the micro corpus generated from its seed,
+    or the built corpus at `tasks.corpus_path` (which must exist on every rollout host)."""
+    t = config.tasks
+    if t.kind == "corpus":
+        assert t.corpus_path is not None  # RunConfig requires it for kind = corpus
+        ensure_task_deps(load_corpus(t.corpus_path))
+        return t.corpus_path
+    corpus = str(work_dir(config) / "corpus")
+    generate_micro_corpus(corpus, t.train_tasks, t.heldout_tasks, t.seed)
+    return corpus
+
+
+async def run_lanes_apart(config: RunConfig, model_dir: str) -> dict[str, Any]:
+    """Both lanes as deployments until both complete; returns the rollout lane's result."""
+    lanes = config.lanes
+    assert lanes.rollout_deployment is not None and lanes.trainer_deployment is not None
+    trainer = LaneConfig(  # state_dir unset: the trainer machine's own folder, mirrored into the lake
+        model_dir=model_dir, storage=config.storage, run=config.run, num_steps=config.rl.steps, trainer=config.trainer
+    )
+    jobs = [
+        asyncio.create_task(supervise(lanes.rollout_deployment, {"config": config.model_dump(mode="json")}, lanes)),
+        asyncio.create_task(
+            supervise(
+                lanes.trainer_deployment,
+                {"config": trainer.model_dump(mode="json"), "tensorboard_dir": config.metrics.tensorboard_dir},
+                lanes,
+            )
+        ),
+    ]
+    try:
+        done, _ = await asyncio.wait(jobs, return_when=asyncio.FIRST_EXCEPTION)
+        for job in done:
+            job.result()  # a lane out of restarts fails the run (the other is cancelled below)
+        await asyncio.gather(*jobs)
+    finally:
+        for job in jobs:
+            job.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
+    store = open_store(config.storage)
+    return json.loads(store.fs.cat_file(store.path(result_path(config.run))))
+
+
+async def supervise(deployment: str, parameters: dict[str, Any], lanes: LanesConfig) -> None:
+    """Run `deployment` until one of its runs completes, submitting it again after a
+    crash or failure (a cancelled run is not submitted again); a cancelled supervisor
+    cancels the lane's run."""
+    restarts = 0
+    while True:
+        run = await run_deployment(deployment, parameters=parameters, timeout=0)
+        say(f"[tandem] lane {deployment} submitted as flow run {run.name} ({run.id})")
+        state = await _final_state(run.id, lanes.poll_interval_s)
+        if state.is_completed():
+            return
+        if state.is_cancelled() or restarts >= lanes.max_restarts:
+            raise RuntimeError(
+                f"lane {deployment} ended {state.type.value} ({state.message}) after {restarts} restarts; "
+                "see its flow run's logs"
+            )
+        restarts += 1
+        say(
+            f"[tandem] lane {deployment} ended {state.type.value}; submitting it again ({restarts}/{lanes.max_restarts})"
+        )
+
+
+async def _final_state(flow_run_id: UUID, poll_s: float) -> State:
+    async with get_client() as client:
+        try:
+            while True:
+                state = (await client.read_flow_run(flow_run_id)).state
+                if state is not None and state.is_final():
+                    return state
+                await asyncio.sleep(poll_s)
+        except asyncio.CancelledError:
+            await client.set_flow_run_state(flow_run_id, Cancelling(), force=True)
+            raise

@@ -1,0 +1,205 @@
+"""Lanes on different machines: the rl deployment with `lanes` set submits its rollout
+lane and its trainer lane to two work pools, each served by a process worker with its
+own working directory, HOME and temporary folder; they share only the moto S3 server,
+the Prefect API and HTTP. The trainer's machine dies mid-run (worker and lane killed),
+its run is marked Crashed (what an operator or a heartbeat automation does), and a
+third machine's worker takes the resubmitted lane, which resumes at its last step from
+the state in the lake. Every step's shard is present exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from flows.lanes_config import LanesConfig
+from storage import checkpoints
+from storage.fs import open_store
+from storage.query import connect
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = "apart"
+STEPS = 3
+LANES = {"rollout_deployment": "rollout-host/remote", "trainer_deployment": "trainer-lane/remote"}
+
+
+def test_lanes_config_needs_both_deployments_or_none() -> None:
+    assert not LanesConfig().deployed and LanesConfig(**LANES).deployed
+    with pytest.raises(ValueError, match="set both"):
+        LanesConfig(rollout_deployment="rollout-host/remote")
+
+
+class Host:
+    """A process worker standing for one machine: its own cwd, HOME, TMPDIR and PREFECT_HOME."""
+
+    def __init__(self, base: Path, pool: str, env: dict[str, str]) -> None:
+        self.base = base
+        for sub in ("home", "tmp", "prefect"):
+            (base / sub).mkdir(parents=True)
+        self.log_path = base / "worker.log"
+        self.home = base / "home"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool],
+                cwd=base,
+                env={
+                    **os.environ,
+                    **env,
+                    "HOME": str(base / "home"),
+                    "TMPDIR": str(base / "tmp"),
+                    "PREFECT_HOME": str(base / "prefect"),
+                },
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def crash(self) -> None:
+        """The machine dies: the worker and everything it started, at once."""
+        worker = psutil.Process(self.proc.pid)
+        for proc in [worker, *worker.children(recursive=True)]:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGINT)  # the worker ignores SIGTERM for a while
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def _config(root: str) -> dict:
+    return {
+        "run": RUN,
+        "storage": {"root": root},
+        "tasks": {"train_tasks": 32, "heldout_tasks": 4},
+        "eval": {"tasks": 4, "samples": 1},
+        "rl": {"steps": STEPS, "batch_size": 8, "group_size": 4, "async_level": 1},
+        "trainer": {"packing": False, "micro_batch_rows": 16, "seq_len": 512, "sft": {"max_steps": 5}},
+        "lanes": {**LANES, "poll_interval_s": 1.0},
+    }
+
+
+def _deploy(env: dict[str, str]) -> None:
+    full = {**os.environ, **env}
+    subprocess.run([sys.executable, "-m", "flows.cli", "prefect-setup"], cwd=REPO, env=full, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"],
+        cwd=REPO,
+        env=full,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+async def _submit(config: dict):
+    from prefect.deployments import run_deployment
+
+    return (await run_deployment("rl/tiny-moe", parameters={"config": config}, timeout=0)).id
+
+
+def _mark_running_trainer_lanes_crashed(client) -> int:
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    runs = client.read_flow_runs(
+        flow_filter=FlowFilter(name=FlowFilterName(any_=["trainer-lane"])),
+        flow_run_filter=FlowRunFilter(
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING]))
+        ),
+    )
+    for run in runs:
+        client.set_flow_run_state(run.id, Crashed(message="its machine stopped answering"), force=True)
+    return len(runs)
+
+
+@pytest.mark.slow
+@pytest.mark.s3
+@pytest.mark.prefect
+@pytest.mark.vllm
+@pytest.mark.sandbox
+@pytest.mark.cluster
+@pytest.mark.timeout(900)
+def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(
+    prefect_server: dict[str, str], s3_server: dict[str, str], s3_bucket: str, tmp_path: Path
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    env = {**prefect_server, **s3_server}
+    _deploy(env)
+    root = f"s3://{s3_bucket}/lake"
+    store = open_store(root)
+    hosts = {
+        "control": Host(tmp_path / "control", "tandem-process", env),
+        "rollout": Host(tmp_path / "rollout", "tandem-rollout", env),
+        "trainer-a": Host(tmp_path / "trainer-a", "tandem-trainer", env),
+    }
+    killed_at = None
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
+            flow_run_id = asyncio.run(_submit(_config(root)))
+            deadline = time.monotonic() + 840
+            with get_client(sync_client=True) as client:
+                while True:
+                    state = client.read_flow_run(flow_run_id).state
+                    if state.is_final():
+                        break
+                    assert time.monotonic() < deadline, "the rl run did not finish in 14 minutes"
+                    latest = checkpoints.latest(store, RUN) if killed_at is None else None
+                    if latest is not None and latest.version >= 1:
+                        hosts["trainer-a"].crash()
+                        killed_at = latest.version
+                        assert _mark_running_trainer_lanes_crashed(client) == 1
+                        hosts["trainer-c"] = Host(tmp_path / "trainer-c", "tandem-trainer", env)
+                    time.sleep(0.5)
+        logs = {name: host.log_path.read_text(errors="replace") for name, host in hosts.items()}
+        assert state.is_completed(), f"rl run ended {state.type}: {state.message}\n" + logs["control"][-4000:]
+    finally:
+        for host in hosts.values():
+            host.stop()
+    assert killed_at is not None and killed_at < STEPS, "the trainer's machine was not killed mid-run"
+
+    # The third machine's trainer resumed from the lake's state, not from step 0.
+    resumed = re.findall(rf"resuming run {RUN} at step (\d+)", logs["trainer-c"])
+    assert resumed and killed_at - 1 <= int(resumed[0]) <= killed_at, logs["trainer-c"][-4000:]
+    assert "trainer-lane" not in logs["rollout"] and "rollout-host" not in logs["trainer-c"]
+
+    lake = connect(store, RUN)
+    shards = sorted(f.rsplit("/", 2)[-2:] for f in store.fs.glob(store.path(RUN, "rollouts", "step=*", "*.parquet")))
+    assert shards == [[f"step={s}", "final.parquet"] for s in range(STEPS)]
+    assert lake.sql("SELECT step, count(*) FROM rollouts GROUP BY step ORDER BY step").fetchall() == [
+        (s, 8) for s in range(STEPS)
+    ]
+    assert lake.sql("SELECT step, count(*) FROM steps GROUP BY step ORDER BY step").fetchall() == [
+        (s, 1) for s in range(STEPS)
+    ]
+    assert checkpoints.latest(store, RUN).version == STEPS
+    # Each machine kept its files in its own folders: weights pulled by the rollout host
+    # into its bounded cache, trainer state on the trainer hosts (and in the lake).
+    cache = hosts["rollout"].home / ".cache/tandem-rl/work" / RUN / "weights"
+    assert 1 <= len([p for p in cache.iterdir() if p.name.startswith("v")]) <= 3
+    assert (hosts["trainer-c"].home / ".cache/tandem-rl/work" / RUN / "trainer_state").is_dir()
+    assert store.fs.glob(store.path(RUN, "trainer_state", "step-*", "progress.json"))
