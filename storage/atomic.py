@@ -9,6 +9,9 @@ S3: a PUT (or a completed multipart upload) is atomic by the protocol; an upload
 interrupted before completion never creates the object.
 Either way a rewrite of the same name replaces the old content, so retries never
 duplicate.
+
+Whole local directories (weights, trainer state, a downloaded model) go through
+`atomic_dir.py` beside this module, which uses `fsync_dir` from here.
 """
 
 from __future__ import annotations
@@ -46,6 +49,11 @@ def _write_local(target: str, data: bytes, tmp_dir: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    fsync_dir(directory)
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """Make the entries of `directory` (a rename into it, a new file) durable."""
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -11,6 +11,11 @@ TANDEM_VLLM_PYTHON); nothing here imports vLLM. Everything talks to it over HTTP
     routes.py        one small function per vLLM HTTP route
     client.py        /v1/completions with token ids in and out, timeouts, bounded retries
     batching.py      requests with the same sampling coalesced into one multi-prompt request
-    server_pool.py   many servers: routing with session affinity, restarts, weight updates
+    server_pool.py   many servers behind one object: requests, re-sends; built from
+    server_slot.py   plain data: one server as the pool sees it, the weights servers should serve
+    server_fleet.py  the servers' lives: start or attach, stop, crash restarts
+    routing.py       session affinity, else the least-loaded routable server
+    weight_reload.py / weight_restart.py  the two weight-update strategies
+    weight_check.py  servers checked against the exported weights' digests, and each other
     agent.py         token-exact multi-turn episodes against an EpisodeEnv
 """

@@ -263,7 +263,10 @@ class InferenceConfig(BaseModel):
         "on their PYTHONPATH. False: vLLM's plain reload_weights (exact on GPU builds, wrong for MoE on the CPU build).",
     )
     verify_checksums: bool = Field(
-        True, description="After a weight update, check that every server reports identical weight checksums."
+        True,
+        description="After a weight update, check that every server loaded exactly the exported tensors (their "
+        "digests, written by the export; needs worker_extension) and, with two or more servers, that all report "
+        "identical weight checksums.",
     )
     log_dir: str | None = Field(None, description="Directory for server logs; None: a temporary directory.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Default sampling of a model turn.")

@@ -85,6 +85,12 @@ async def weight_checksums(http: httpx.AsyncClient, url: str, timeout_s: float) 
     ]
 
 
+async def loaded_weight_digests(http: httpx.AsyncClient, url: str, timeout_s: float) -> list[dict[str, str]]:
+    """Per worker: the digest of every tensor in the files it last loaded (our worker extension)."""
+    body = {"method": "loaded_weight_digests"}
+    return (await _call(http, "POST", f"{url}/collective_rpc", json=body, timeout=timeout_s))["results"]
+
+
 async def reset_prefix_cache(http: httpx.AsyncClient, url: str) -> bool:
     """Drop cached KV computed with old weights; False while running requests hold blocks."""
     return bool((await _call(http, "POST", f"{url}/reset_prefix_cache"))["success"])

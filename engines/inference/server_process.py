@@ -3,7 +3,8 @@
 Owns: starting the process in its own process group (so its engine workers die with
 it), polling /health with a deadline that also notices an early exit, and stopping
 it (SIGTERM to the group, then SIGKILL after a grace period). Does not route
-requests or update weights (`server_pool.py`).
+requests (`routing.py`), restart crashed servers (`server_fleet.py`) or update weights
+(`weight_reload.py`, `weight_restart.py`).
 """
 
 from __future__ import annotations

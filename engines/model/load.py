@@ -1,7 +1,7 @@
 """Load any Hugging Face MoE causal LM (and its tokenizer) from a directory or S3.
 
 An `s3://` source is copied to a local cache directory first (transformers reads
-local files). A directory that holds no causal LM, or a dense one, is refused with a
+local files), which appears whole (storage.atomic_dir). A directory that holds no causal LM, or a dense one, is refused with a
 message naming the directory and what was found.
 """
 
@@ -27,17 +27,18 @@ def local_model_dir(source: str | Path, cache_dir: str | Path | None = None) -> 
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"model directory {path} has no config.json: give a saved Hugging Face model dir")
         return path
+    from storage.atomic_dir import atomic_dir
     from storage.fs import open_store
 
     store = open_store(src)
     cache = Path(cache_dir or os.path.join(tempfile.gettempdir(), "tandem-models"))
     dest = cache / hashlib.sha256(src.encode()).hexdigest()[:16]
     if not (dest / "config.json").is_file():
-        tmp = Path(tempfile.mkdtemp(dir=cache.mkdir(parents=True, exist_ok=True) or cache))
-        store.call(f"download {src}", lambda: store.fs.get(store.root + "/", str(tmp), recursive=True))
-        if not (tmp / "config.json").is_file():
-            raise FileNotFoundError(f"{src} has no config.json: give the URL of a saved Hugging Face model dir")
-        os.replace(tmp, dest)
+        # replace=False: a process that finished the same download first keeps its copy
+        with atomic_dir(dest, replace=False) as tmp:
+            store.call(f"download {src}", lambda: store.fs.get(store.root + "/", str(tmp), recursive=True))
+            if not (tmp / "config.json").is_file():
+                raise FileNotFoundError(f"{src} has no config.json: give the URL of a saved Hugging Face model dir")
     return dest
 
 

@@ -6,21 +6,22 @@ Layout under a state root (a local directory every rank can reach):
                              sharded models' shard-<rank>.pt, progress.json {"step": 7})
     .step-00000008.tmp/      a save in progress; a crash leaves it, and it is ignored
 
-A save writes into the hidden staging directory, then the main process renames it
-to its final name: the rename is the commit, so a crash mid-save keeps the previous
-state. Older states beyond `keep_last` are deleted after the commit.
+A save writes into the hidden staging directory, then the main process commits it
+to its final name (`storage.atomic_dir.commit_dir`: fsync, rename): the rename is
+the commit, so a crash mid-save keeps the previous state. Older states beyond `keep_last` are deleted after the commit.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from accelerate import Accelerator
+
+from storage.atomic_dir import commit_dir
 
 _STATE_RE = re.compile(r"^step-(\d{8})$")
 
@@ -57,13 +58,8 @@ def save_state(
         save_local(str(staging))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        with open(staging / "progress.json", "w") as f:
-            json.dump({"step": step}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        if final.exists():  # a redone step: replace its older state
-            shutil.rmtree(final)
-        os.replace(staging, final)
+        (staging / "progress.json").write_text(json.dumps({"step": step}))
+        commit_dir(staging, final)  # fsyncs every rank's files; a redone step replaces its older state
         for old in list_states(root)[:-keep_last]:
             shutil.rmtree(state_dir(root, old), ignore_errors=True)
     accelerator.wait_for_everyone()

@@ -3,9 +3,11 @@
 `export_weights` writes a Hugging Face directory (config, safetensors, tokenizer,
 generation config) through the model's own `save_pretrained`, which for transformers
 5 MoE models converts the fused 3-D expert tensors into vLLM's per-expert layout
-(`mlp.experts.<e>.{gate,up,down}_proj.weight`). The directory appears whole: it is
-staged in a temp dir and renamed (local) or uploaded before the caller publishes the
-registry record (storage.checkpoints), which is the commit marker.
+(`mlp.experts.<e>.{gate,up,down}_proj.weight`), plus `tensor-digests.json`: the
+digest of every tensor as written, which a weight update checks the servers against
+(engines/inference/weight_check.py). The directory appears whole: it is staged and
+committed by `storage.atomic_dir` (local, fsynced) or uploaded before the caller
+publishes the registry record (storage.checkpoints), which is the commit marker.
 
 FP8 (`fmt="fp8"`): every linear projection weight of attention and experts becomes
 float8 e4m3 with one float32 scale per 128x128 block (`<name>.weight_scale_inv`,
@@ -20,15 +22,15 @@ multiple of 128 rows; `scripts/gpu_check.py --checks fp8_export` serves such a m
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import tempfile
-import uuid
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
+
+from engines.inference.vllm_extension.tensor_digest import write_digests
+from storage.atomic_dir import atomic_dir
 
 BLOCK = 128
 FP8 = torch.float8_e4m3fn
@@ -81,20 +83,23 @@ def export_weights(
     `save_pretrained` would record the renamed one)."""
     if fmt not in _DTYPES:
         raise ValueError(f"export format {fmt!r}: use one of {sorted(_DTYPES)}")
-    with tempfile.TemporaryDirectory(prefix="tandem-export-") as tmp:
-        stage = Path(tmp) / "weights"
-        _save_hf(model, tokenizer, stage, _DTYPES[fmt], state_dict, architecture)
-        if fmt == "fp8":
-            quantize_dir_fp8(stage)
-        if store is not None and store.protocol != "file":
-            path = dest.removeprefix(f"{store.protocol}://")
-            if store.call("check export", lambda: store.fs.exists(path)):
-                store.call("replace export", lambda: store.fs.rm(path, recursive=True))
-            for f in sorted(stage.iterdir()):
-                store.call(f"upload {f.name}", lambda f=f: store.fs.put_file(str(f), f"{path}/{f.name}"))
-        else:
-            _move_local(stage, Path(dest))
+    if store is not None and store.protocol != "file":
+        with tempfile.TemporaryDirectory(prefix="tandem-export-") as tmp:
+            _write_export(Path(tmp), model, tokenizer, fmt, state_dict, architecture)
+            _upload(store, Path(tmp), dest.removeprefix(f"{store.protocol}://"))
+    else:
+        with atomic_dir(dest) as stage:
+            _write_export(stage, model, tokenizer, fmt, state_dict, architecture)
     return dest
+
+
+def _write_export(
+    out: Path, model: nn.Module, tokenizer, fmt: str, state_dict: dict | None, architecture: str | None
+) -> None:
+    _save_hf(model, tokenizer, out, _DTYPES[fmt], state_dict, architecture)
+    if fmt == "fp8":
+        quantize_dir_fp8(out)
+    write_digests(out)  # last: over the tensors exactly as written
 
 
 def _save_hf(
@@ -158,14 +163,9 @@ def quantize_dir_fp8(out: Path) -> None:
     cfg_path.write_text(json.dumps(cfg, indent=2))
 
 
-def _move_local(stage: Path, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    incoming = dest.parent / f".{dest.name}.{uuid.uuid4().hex}.tmp"
-    shutil.copytree(stage, incoming)
-    if dest.exists():  # re-export of the same version (a redone step): swap, then delete the old
-        old = dest.parent / f".{dest.name}.{uuid.uuid4().hex}.old"
-        os.replace(dest, old)
-        os.replace(incoming, dest)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(incoming, dest)
+def _upload(store, stage: Path, path: str) -> None:
+    """Each object's PUT is atomic; the registry record published afterwards commits the whole."""
+    if store.call("check export", lambda: store.fs.exists(path)):
+        store.call("replace export", lambda: store.fs.rm(path, recursive=True))
+    for f in sorted(stage.iterdir()):
+        store.call(f"upload {f.name}", lambda f=f: store.fs.put_file(str(f), f"{path}/{f.name}"))

@@ -11,6 +11,10 @@ the experts compute with unpacked weights: served logprobs off by 0.07-0.46 nats
 `reload_weights_exact` runs vLLM's own reload, then packs each CPU expert weight
 again in place with vLLM's own packing op, so compiled graphs and the kernel keep
 the same storage.
+
+`loaded_weight_digests` lets the pool check an update against the exported weights
+(tensor_digest.py): the digests of the files in the directory the worker last
+loaded its weights from (its start-up model, or the last reload's path).
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from tensor_digest import file_digests
 
 
 class ExactReloadExtension:
     """Mixed into vLLM's worker class; methods are reachable through /collective_rpc."""
 
     model_runner: Any
+    model_config: Any
 
     def reload_weights_exact(self, weights_path: str) -> int:
         """Reload from `weights_path` in place; returns how many expert layers were re-packed."""
@@ -37,6 +43,11 @@ class ExactReloadExtension:
                     weight = getattr(module, name)
                     weight.copy_(ops.cpu_prepack_moe_weight(weight.data.clone(), isa))
         return len(experts)
+
+    def loaded_weight_digests(self) -> dict[str, str]:
+        """Digest of every tensor in the safetensors of the directory this worker last loaded
+        (vLLM's reload points `model_config.model` at the reloaded path)."""
+        return file_digests(self.model_config.model)
 
 
 def _cpu_expert_layers(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str]]:

@@ -5,6 +5,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from engines.inference.vllm_extension.tensor_digest import file_digests, read_digests
 from engines.model.load import load_moe_causal_lm, load_tokenizer
 from engines.trainer.export import dequantize_fp8_blockwise, export_weights, quantize_fp8_blockwise
 
@@ -32,6 +33,7 @@ def test_reexport_replaces_the_directory(tiny_model, tmp_path):
     export_weights(tiny_model, None, dest, "bf16")
     assert json.loads((tmp_path / "v1" / "config.json").read_text())["dtype"] == "bfloat16"
     assert [p.name for p in tmp_path.iterdir()] == ["v1"]  # no staging leftovers
+    assert read_digests(dest) == file_digests(dest)  # the digests describe the bf16 tensors written last
 
 
 def test_fp8_blockwise_roundtrip_by_hand():

@@ -1,0 +1,197 @@
+"""The servers' lives: start or attach, stop, and recovery after a crash.
+
+Start: N local servers (each its own process group) or given URLs; every process
+started is stopped by `stop()`, also when start-up fails half-way.
+Recovery: a server whose request failed leaves routing and is checked in the
+background (once at a time): healthy again once /health answers, or, when its
+process died, restarted with the current weights (`ServedWeights`) loaded and
+checked, at most `max_restarts` times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+import httpx
+
+from engines.inference import disaggregation, launch, routes
+from engines.inference.client import ServerUnavailable
+from engines.inference.config import InferenceConfig
+from engines.inference.disaggregation import KvRole
+from engines.inference.server_process import LocalServer, ServerStartError, free_port
+from engines.inference.server_slot import ServedWeights, ServerSlot
+from engines.inference.weight_check import WeightUpdateError, verify_loaded
+
+log = logging.getLogger(__name__)
+
+
+class ServerFleet:
+    """The pool's servers (`slots`, filled in place) and what keeps them up."""
+
+    def __init__(
+        self,
+        cfg: InferenceConfig,
+        http: httpx.AsyncClient,
+        served: ServedWeights,
+        log_dir: Path,
+        shared_kv: str | None = None,
+    ) -> None:
+        """`shared_kv`: the folder prefill and decode servers exchange KV through (disaggregation.py)."""
+        self.cfg = cfg
+        self.shared_kv = shared_kv
+        self.http = http
+        self.served = served
+        self.log_dir = log_dir
+        self.slots: list[ServerSlot] = []
+        # Restart updates start servers on the new weights; reload updates bring a restarted server up to them.
+        self.reload_after_restart = cfg.weight_update != "restart"
+
+    # ---- start and stop ---------------------------------------------------------
+
+    async def start_local(self) -> None:
+        """Start `num_servers` local servers and wait until all are healthy."""
+        self.cfg.check_model_dir()
+        python = launch.vllm_python()
+        cpu_build = launch.is_cpu_build(python)
+        launch.check_supported(self.cfg, cpu_build)
+        for i, role in enumerate(disaggregation.server_roles(self.cfg)):
+            env = launch.server_environment(self.cfg, cpu_build, i)
+            port = self.cfg.base_port + i if self.cfg.base_port else free_port(self.cfg.host)
+            url = f"http://{self.cfg.host}:{port}"
+            argv = launch.server_command(self.cfg, python, port, cpu_build, role, self.shared_kv)
+            server = LocalServer(argv, env, url, self.log_dir / f"server-{i}.log")
+            self.slots.append(self._slot(i, url, server, role))
+            server.start()
+        waited = await asyncio.gather(
+            *(s.process.wait_healthy(self.cfg.startup_timeout_s) for s in self.slots if s.process)
+        )
+        log.info("started %d vLLM server(s) in %.1f s (logs in %s)", len(self.slots), max(waited), self.log_dir)
+
+    async def attach(self, model_name: str) -> None:
+        """Use the servers of `server_urls`, which must answer and serve `model_name`."""
+        for i, url in enumerate(self.cfg.server_urls):
+            url = url.rstrip("/")
+            if not await routes.health(self.http, url):
+                raise ServerUnavailable(f"server {url} (server_urls[{i}]) does not answer GET /health; is it running?")
+            models = await routes.served_models(self.http, url)
+            if model_name not in models:
+                raise ValueError(
+                    f"server {url} serves {models}, not served_model_name={model_name!r}; set served_model_name"
+                )
+            self.slots.append(self._slot(i, url, None))
+
+    def _slot(self, index: int, url: str, process: LocalServer | None, role: KvRole | None = None) -> ServerSlot:
+        semaphore = asyncio.Semaphore(self.cfg.concurrency_per_server)
+        return ServerSlot(index, url, semaphore, process=process, version=self.served.version, role=role)
+
+    async def stop(self) -> None:
+        """Cancel recoveries and stop every process started here. Safe to call twice."""
+        for slot in self.slots:
+            if slot.recovering is not None and not slot.recovering.done():
+                slot.recovering.cancel()
+        stops = [asyncio.to_thread(s.process.stop) for s in self.slots if s.process is not None]
+        await asyncio.gather(*stops, return_exceptions=True)
+
+    # ---- weights check ----------------------------------------------------------
+
+    async def verify(self, slot: ServerSlot) -> None:
+        """Raise WeightUpdateError, and leave `slot` out of routing, unless it loaded the
+        expected weights (weight_check.py); nothing to check before the first update."""
+        if self.served.expected is None:
+            return
+        try:
+            await verify_loaded(self.http, slot.url, self.served.expected, self.cfg.request_timeout_s)
+        except WeightUpdateError:
+            slot.verified = False
+            raise
+        slot.verified = True
+
+    # ---- recovery ---------------------------------------------------------------
+
+    def recover(self, slot: ServerSlot) -> None:
+        """Take `slot` out of routing and check / restart it in the background (once)."""
+        if slot.recovering is not None and not slot.recovering.done():
+            return
+        slot.healthy = False
+        slot.recovering = asyncio.create_task(self._check_or_restart(slot))
+
+    async def _check_or_restart(self, slot: ServerSlot) -> None:
+        try:
+            if slot.process is None or slot.process.alive():
+                # A blip or a stuck server: healthy again once /health answers.
+                deadline = time.monotonic() + self.cfg.startup_timeout_s
+                while not await routes.health(self.http, slot.url):
+                    if slot.process is not None and not slot.process.alive():
+                        break
+                    if time.monotonic() > deadline:
+                        log.error("server %s stayed unhealthy; left out of routing", slot.url)
+                        return
+                    await asyncio.sleep(1.0)
+                else:
+                    slot.healthy = True
+                    return
+            if slot.restarts >= self.cfg.max_restarts:
+                log.error("server %s died again after %d restarts; left out of routing", slot.url, slot.restarts)
+                return
+            await self._restart(slot)
+        except Exception:  # logged, never lost in an unawaited task
+            log.exception("recovery of server %s failed", slot.url)
+
+    async def _restart(self, slot: ServerSlot) -> None:
+        assert slot.process is not None
+        slot.restarts += 1
+        log.warning("server %s died; restart %d/%d", slot.url, slot.restarts, self.cfg.max_restarts)
+        await asyncio.to_thread(slot.process.stop)
+        slot.process.start()
+        try:
+            await slot.process.wait_healthy(self.cfg.startup_timeout_s)
+        except ServerStartError:
+            log.exception("restart of server %s failed", slot.url)
+            return
+        if self.served.reload_from is not None and self.reload_after_restart:  # started from model_dir
+            await routes.reload_weights(
+                self.http, slot.url, self.served.reload_from, self.cfg.request_timeout_s, self.cfg.worker_extension
+            )
+        try:
+            await self.verify(slot)
+        except WeightUpdateError:
+            log.exception("server %s restarted on other weights than version %d", slot.url, self.served.version)
+            slot.healthy = True  # up, but left out of routing until an update passes the check
+            return
+        await routes.set_weight_version(self.http, slot.url, self.served.version)
+        slot.version = self.served.version
+        slot.healthy = True
+
+    async def wait_for_recovery(self) -> None:
+        """Until one recovery in progress ends (at once when none is)."""
+        pending = self._pending()
+        if pending:
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+
+    async def settle_recoveries(self) -> None:
+        """Until every recovery in progress ends."""
+        pending = self._pending()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    def _pending(self) -> list[asyncio.Task[None]]:
+        return [s.recovering for s in self.slots if s.recovering is not None and not s.recovering.done()]
+
+    async def restarted_after_death(self, slot: ServerSlot) -> bool:
+        """A local server that died before or during an update is restarted; its restart
+        loads the weights being published. True when it is back on them."""
+        if slot.process is None:
+            return False
+        for _ in range(20):  # a server that is dying may break its connection before it is gone
+            if not slot.process.alive():
+                break
+            await asyncio.sleep(0.1)
+        else:
+            return False  # alive and failing: a real update error
+        self.recover(slot)
+        if slot.recovering is not None:
+            await slot.recovering
+        return slot.routable and slot.version == self.served.version
