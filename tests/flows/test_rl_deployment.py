@@ -63,7 +63,7 @@ async def _run(env: dict, parameters: dict):
         return flow_run.id, get_client
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def worker(prefect_server: dict[str, str]):
     _tandem(prefect_server, "prefect-setup")
     subprocess.run(
@@ -82,7 +82,7 @@ def worker(prefect_server: dict[str, str]):
     yield prefect_server
     os.killpg(proc.pid, signal.SIGINT)  # the worker ignores SIGTERM for a while
     try:
-        proc.wait(20)
+        proc.wait(5)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
 
