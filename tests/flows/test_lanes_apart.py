@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,8 +44,11 @@ class Host:
 
     def __init__(self, base: Path, pool: str, env: dict[str, str]) -> None:
         self.base = base
-        for sub in ("home", "tmp", "prefect"):
+        for sub in ("home", "prefect"):
             (base / sub).mkdir(parents=True)
+        # A short TMPDIR outside the test's folder: vLLM binds ZeroMQ IPC sockets there,
+        # and a Unix socket path holds at most 107 bytes.
+        self.tmp = Path(tempfile.mkdtemp(prefix="host-"))
         self.log_path = base / "worker.log"
         self.home = base / "home"
         with open(self.log_path, "wb") as log:
@@ -54,7 +59,7 @@ class Host:
                     **os.environ,
                     **env,
                     "HOME": str(base / "home"),
-                    "TMPDIR": str(base / "tmp"),
+                    "TMPDIR": str(self.tmp),
                     "PREFECT_HOME": str(base / "prefect"),
                 },
                 stdout=log,
@@ -73,14 +78,14 @@ class Host:
         self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGINT)  # the worker ignores SIGTERM for a while
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)  # the worker ignores SIGTERM for a while
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def _config(root: str) -> dict:
