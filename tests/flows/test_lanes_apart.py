@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from engines.trainer import lake_state
 from flows.lanes_config import LanesConfig
 from storage import checkpoints
 from storage.fs import open_store
@@ -174,7 +175,9 @@ def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(
                         break
                     assert time.monotonic() < deadline, "the rl run did not finish in 14 minutes"
                     latest = checkpoints.latest(store, RUN) if killed_at is None else None
-                    if latest is not None and latest.version >= 1:
+                    # Killed once a version is out and a state is in the lake: killed earlier,
+                    # the next machine rightly starts at step 0 (nothing to resume from).
+                    if latest is not None and latest.version >= 1 and lake_state.lake_steps(store, RUN):
                         hosts["trainer-a"].crash()
                         killed_at = latest.version
                         assert _mark_running_trainer_lanes_crashed(client) == 1
