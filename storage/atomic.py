@@ -34,11 +34,17 @@ def write_bytes_atomic(store: Store, relpath: str, data: bytes) -> str:
     return target
 
 
+def write_file_atomic(target: str | os.PathLike[str], data: bytes) -> None:
+    """Write a local file that appears whole or not at all (staged as a hidden sibling)."""
+    target = os.fspath(target)
+    _write_local(target, data, os.path.dirname(os.path.abspath(target)))
+
+
 def _write_local(target: str, data: bytes, tmp_dir: str) -> None:
-    directory = os.path.dirname(target)
+    directory = os.path.dirname(os.path.abspath(target))
     os.makedirs(directory, exist_ok=True)
     os.makedirs(tmp_dir, exist_ok=True)
-    tmp = os.path.join(tmp_dir, f"{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
+    tmp = os.path.join(tmp_dir, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
     try:
         with open(tmp, "wb") as f:
             f.write(data)

@@ -28,6 +28,7 @@ from engines.env.errors import TaskError
 from engines.env.types import Task
 from engines.env.workspace import base_files, tree_hash
 from storage import layout
+from storage.atomic import write_file_atomic
 from storage.fs import Store, open_store
 from storage.parquet_io import read_table, write_table
 from storage.schema import TASKS
@@ -104,14 +105,15 @@ def corpus_id(tasks: Iterable[Task]) -> str:
 
 
 def export_jsonl(tasks: Iterable[Task], path: str | Path) -> Path:
+    """SWE-bench-style records, one JSON line per task; the file appears whole or not at all."""
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w") as f:
-        for task in tasks:
-            row = task.to_row()
-            row["FAIL_TO_PASS"] = json.dumps(row["FAIL_TO_PASS"])
-            row["PASS_TO_PASS"] = json.dumps(row["PASS_TO_PASS"])
-            f.write(json.dumps(row) + "\n")
+    lines = []
+    for task in tasks:
+        row = task.to_row()
+        row["FAIL_TO_PASS"] = json.dumps(row["FAIL_TO_PASS"])
+        row["PASS_TO_PASS"] = json.dumps(row["PASS_TO_PASS"])
+        lines.append(json.dumps(row) + "\n")
+    write_file_atomic(out, "".join(lines).encode())
     return out
 
 

@@ -8,7 +8,7 @@ and installed with `pip install --target` into
 
     <cache>/deps/<key>/          key = sha256 of the sorted requirements + Python version
 
-written to a temporary folder and renamed, so a folder that exists is complete and
+staged beside it and committed whole (storage/atomic_dir.py), so a folder that exists is complete and
 is shared by every project with the same requirements. The whole deps cache is bound
 read-only into each sandbox at SANDBOX_DEPS (sandbox.py), and a task's test command
 puts its folder on PYTHONPATH through `$TANDEM_DEPS`, which the sandbox sets (the
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from packaging.requirements import InvalidRequirement, Requirement
 
 from engines.env.errors import BuildError
+from storage.atomic_dir import commit_dir, stage_dir
 
 if TYPE_CHECKING:
     from engines.env.types import Task
@@ -90,8 +91,7 @@ def ensure_deps(requirements: list[str], python: str = sys.executable, root: Pat
     dest = root / key
     if dest.is_dir():
         return key
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
+    tmp = stage_dir(dest)
     cmd = [
         python,
         "-m",
@@ -108,11 +108,8 @@ def ensure_deps(requirements: list[str], python: str = sys.executable, root: Pat
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise BuildError(f"installing {requirements} failed: {proc.stderr.strip()[-400:]}")
-    os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide it from a sandbox running as another user
-    try:
-        os.rename(tmp, dest)
-    except OSError:  # another build installed the same key meanwhile: keep theirs
-        shutil.rmtree(tmp, ignore_errors=True)
+    os.chmod(tmp, 0o755)  # readable by a sandbox running as another user
+    commit_dir(tmp, dest, replace=False)  # another build committed the same key meanwhile: keep theirs
     return key
 
 

@@ -26,6 +26,7 @@ from engines.env.deps import declared_requirements, ensure_deps
 from engines.env.errors import TaskError
 from engines.env.sources import project_source
 from engines.env.types import Task
+from storage.atomic_dir import atomic_dir
 
 
 def import_records(
@@ -80,7 +81,7 @@ def _materialise(record: dict, sources: dict[str, str], snapshots: Path, where: 
 
 
 def _git_archive(clone: Path, commit: str, dest: Path, where: str) -> None:
-    """The tree of `commit` (no .git, no untracked files), written to a temp folder then renamed."""
+    """The tree of `commit` (no .git, no untracked files), staged and committed whole (storage/atomic_dir.py)."""
     proc = subprocess.run(
         ["git", "-C", str(clone), "archive", "--format=tar", commit], capture_output=True, timeout=600
     )
@@ -89,8 +90,5 @@ def _git_archive(clone: Path, commit: str, dest: Path, where: str) -> None:
             f"{where}: {clone} has no commit {commit} ({proc.stderr.decode(errors='replace').strip()}); "
             "fetch it into the clone first"
         )
-    tmp = dest.with_name(dest.name + ".partial")
-    tmp.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as archive:
-        archive.extractall(tmp, filter="data")
-    tmp.rename(dest)
+    with atomic_dir(dest) as stage, tarfile.open(fileobj=io.BytesIO(proc.stdout)) as archive:
+        archive.extractall(stage, filter="data")
