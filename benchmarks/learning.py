@@ -54,6 +54,7 @@ def continued_sft(config: RunConfig, v0: str, seconds: float, out: Path) -> Path
         config.env.edit_attempts,
         config.trainer.sft.failed_attempt_share,
         seed=config.tasks.seed + _FRESH_SEED_OFFSET,
+        tool=config.trainer.sft.edit_tool,
     )
     sft_cfg = config.trainer.sft.model_copy(
         update={

@@ -185,6 +185,11 @@ class RunSFTConfig(SFTConfig):
         description="Under edit feedback (env.edit_attempts > 0), the share of micro-task demonstrations that show one "
         "or two failed attempts (masked from the loss) before the fix, so the warm start knows what a retry is.",
     )
+    edit_tool: Literal["replace", "edit"] = Field(
+        "replace",
+        description="How the micro-task demonstrations write an edit: replace (content-addressed: the old line is "
+        "copied, so a right fix cannot land on a wrong line) or edit (by line number). The policy may use either.",
+    )
 
 
 class RunEnvConfig(EnvConfig):

@@ -31,8 +31,9 @@ def warm_start(config: RunConfig, corpus_dir: str) -> str:
     if config.model.path:
         return publish(store, config.run, 0, -1, resolve_model(config.model.path))
     train = [t for t in load_corpus(corpus_dir) if t.split == "train"]
+    sft = config.trainer.sft
     demos = demonstrations(
-        quote(train), config.env.edit_attempts, config.trainer.sft.failed_attempt_share, config.tasks.seed
+        quote(train), config.env.edit_attempts, sft.failed_attempt_share, config.tasks.seed, sft.edit_tool
     )
     init = create_model(initial_dir(work_dir(config)), quote(demos), config.model.tiny)
     uri = checkpoints.weights_uri(store, config.run, 0)

@@ -8,7 +8,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from engines.env.micro import oracle_messages
+from engines.env.micro import EditTool, oracle_messages
 from engines.env.micro_demos import feedback_demonstrations
 from engines.env.types import Task
 from engines.model import hub
@@ -21,12 +21,15 @@ from storage.fs import Store
 
 
 @task(name="oracle-demonstrations", cache_policy=NO_CACHE)
-def demonstrations(tasks: list[Task], edit_attempts: int, failed_share: float, seed: int) -> list[list[dict]]:
-    """Oracle episodes of the micro tasks in the run's protocol: plain edit then submit,
-    or under edit feedback a share of them with failed attempts first."""
+def demonstrations(
+    tasks: list[Task], edit_attempts: int, failed_share: float, seed: int, tool: EditTool
+) -> list[list[dict]]:
+    """Oracle episodes of the micro tasks in the run's protocol, each edit written with
+    `tool`: plain edit then submit, or under edit feedback a share of them with failed
+    attempts first."""
     if edit_attempts:
-        return feedback_demonstrations(tasks, edit_attempts, failed_share, seed)
-    return [oracle_messages(t) for t in tasks]
+        return feedback_demonstrations(tasks, edit_attempts, failed_share, seed, tool)
+    return [oracle_messages(t, tool) for t in tasks]
 
 
 @task(name="create-tiny-model", cache_policy=NO_CACHE)

@@ -20,6 +20,7 @@ import ast
 import json
 import random
 from dataclasses import dataclass
+from typing import Literal
 
 from engines.env.types import Split, Task
 from engines.env.workspace import tree_hash, unified_diff
@@ -334,17 +335,37 @@ def generate_micro_tasks(n: int, seed: int, split: Split = "train") -> list[Task
     return tasks
 
 
-def oracle_action(task: Task) -> Action:
+EditTool = Literal["edit", "replace"]
+
+
+def line_edit(source: str, line: int, text: str, tool: EditTool = "replace") -> Action:
+    """The action that sets 1-based `line` of `source` to `text`, in either edit form.
+
+    `edit` names the line by number. `replace` names it by content: the old line is
+    copied, with as many lines above it as make it occur once in the file, so a
+    right fix can never land on a wrong line (the commonest failure of a tiny model
+    writing line numbers)."""
+    if tool == "edit":
+        return Action("edit", path=MODULE, line=line, body=text)
+    lines = source.rstrip("\n").split("\n")
+    for first in range(line - 1, -1, -1):
+        old = "\n".join(lines[first:line])
+        if source.count(old) == 1:
+            return Action("replace", path=MODULE, old=old, new="\n".join([*lines[first : line - 1], text]))
+    raise ValueError(f"line {line} of {MODULE} has no unique context above it")
+
+
+def oracle_action(task: Task, tool: EditTool = "replace") -> Action:
     meta = task.meta()
-    return Action("edit", path=meta["file"], line=meta["line"], body=meta["fixed_line"])
+    return line_edit(meta["files"][meta["file"]], meta["line"], meta["fixed_line"], tool)
 
 
-def oracle_messages(task: Task) -> list[dict[str, str]]:
+def oracle_messages(task: Task, tool: EditTool = "replace") -> list[dict[str, str]]:
     """The canonical successful episode: problem, the one-line fix, the real observation, submit."""
     from engines.env.config import EnvConfig
     from engines.env.session import EnvSession
 
-    fix = render_action(oracle_action(task))
+    fix = render_action(oracle_action(task, tool))
     with EnvSession.open(task, EnvConfig()) as session:
         prompt = session.prompt()
         observation = session.step(fix).observation

@@ -19,9 +19,9 @@ from __future__ import annotations
 import random
 
 from engines.env.feedback import attempt_observation
-from engines.env.micro import MODULE, TEST_MODULE, mutate_line, run_module
+from engines.env.micro import MODULE, TEST_MODULE, EditTool, line_edit, mutate_line, run_module
 from engines.env.types import Task
-from engines.protocol import Action, render_action
+from engines.protocol import render_action
 
 
 def local_statuses(task: Task, module_source: str) -> dict[str, str]:
@@ -63,25 +63,29 @@ def wrong_edits(task: Task, rng: random.Random, count: int) -> list[tuple[int, s
     return found
 
 
-def feedback_messages(task: Task, max_attempts: int, wrong: list[tuple[int, str]]) -> list[dict]:
-    """An edit-feedback episode: the `wrong` attempts (masked from the loss), then the fix."""
-    buggy = task.meta()["files"][MODULE].rstrip("\n")
-    lines = buggy.split("\n")
+def feedback_messages(
+    task: Task, max_attempts: int, wrong: list[tuple[int, str]], tool: EditTool = "replace"
+) -> list[dict]:
+    """An edit-feedback episode: the `wrong` attempts (masked from the loss), then the fix,
+    each written with `tool` (engines/env/micro.py: line_edit)."""
+    buggy = task.meta()["files"][MODULE]
+    lines = buggy.rstrip("\n").split("\n")
     messages: list[dict] = [{"role": "user", "content": task.problem_statement}]
     for attempt, (line, text) in enumerate(wrong[: max_attempts - 1], 1):
         source = "\n".join(lines[: line - 1] + [text] + lines[line:])
         observation = attempt_observation(local_statuses(task, source), attempt, max_attempts)
-        edit = Action("edit", path=MODULE, line=line, body=text)
         messages += [
-            {"role": "assistant", "content": render_action(edit), "train": False},
+            {"role": "assistant", "content": render_action(line_edit(buggy, line, text, tool)), "train": False},
             {"role": "tool", "content": observation},
         ]
-    fix = Action("edit", path=MODULE, line=task.meta()["line"], body=task.meta()["fixed_line"])
+    fix = line_edit(buggy, task.meta()["line"], task.meta()["fixed_line"], tool)
     messages.append({"role": "assistant", "content": render_action(fix)})
     return messages
 
 
-def feedback_demonstrations(tasks: list[Task], max_attempts: int, failed_share: float, seed: int) -> list[list[dict]]:
+def feedback_demonstrations(
+    tasks: list[Task], max_attempts: int, failed_share: float, seed: int, tool: EditTool = "replace"
+) -> list[list[dict]]:
     """One demonstration per task; `failed_share` of them show one or two failed attempts first."""
     rng = random.Random(seed)
     demos = []
@@ -89,5 +93,6 @@ def feedback_demonstrations(tasks: list[Task], max_attempts: int, failed_share: 
         failures = 0
         if max_attempts > 1 and rng.random() < failed_share:
             failures = rng.randint(1, min(2, max_attempts - 1))
-        demos.append(feedback_messages(task, max_attempts, wrong_edits(task, rng, failures) if failures else []))
+        wrong = wrong_edits(task, rng, failures) if failures else []
+        demos.append(feedback_messages(task, max_attempts, wrong, tool))
     return demos
