@@ -338,7 +338,7 @@ def generate_micro_tasks(n: int, seed: int, split: Split = "train") -> list[Task
 EditTool = Literal["edit", "replace"]
 
 
-def line_edit(source: str, line: int, text: str, tool: EditTool = "replace") -> Action:
+def line_edit(source: str, line: int, text: str, tool: EditTool = "edit") -> Action:
     """The action that sets 1-based `line` of `source` to `text`, in either edit form.
 
     `edit` names the line by number. `replace` names it by content: the old line is
@@ -355,12 +355,12 @@ def line_edit(source: str, line: int, text: str, tool: EditTool = "replace") -> 
     raise ValueError(f"line {line} of {MODULE} has no unique context above it")
 
 
-def oracle_action(task: Task, tool: EditTool = "replace") -> Action:
+def oracle_action(task: Task, tool: EditTool = "edit") -> Action:
     meta = task.meta()
     return line_edit(meta["files"][meta["file"]], meta["line"], meta["fixed_line"], tool)
 
 
-def oracle_messages(task: Task, tool: EditTool = "replace") -> list[dict[str, str]]:
+def oracle_messages(task: Task, tool: EditTool = "edit") -> list[dict[str, str]]:
     """The canonical successful episode: problem, the one-line fix, the real observation, submit."""
     from engines.env.config import EnvConfig
     from engines.env.session import EnvSession

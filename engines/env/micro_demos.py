@@ -64,7 +64,7 @@ def wrong_edits(task: Task, rng: random.Random, count: int) -> list[tuple[int, s
 
 
 def feedback_messages(
-    task: Task, max_attempts: int, wrong: list[tuple[int, str]], tool: EditTool = "replace"
+    task: Task, max_attempts: int, wrong: list[tuple[int, str]], tool: EditTool = "edit"
 ) -> list[dict]:
     """An edit-feedback episode: the `wrong` attempts (masked from the loss), then the fix,
     each written with `tool` (engines/env/micro.py: line_edit)."""
@@ -84,7 +84,7 @@ def feedback_messages(
 
 
 def feedback_demonstrations(
-    tasks: list[Task], max_attempts: int, failed_share: float, seed: int, tool: EditTool = "replace"
+    tasks: list[Task], max_attempts: int, failed_share: float, seed: int, tool: EditTool = "edit"
 ) -> list[list[dict]]:
     """One demonstration per task; `failed_share` of them show one or two failed attempts first."""
     rng = random.Random(seed)

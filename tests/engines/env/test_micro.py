@@ -1,7 +1,7 @@
 import ast
 from collections import Counter
 
-from engines.env.micro import MODULE, generate_micro_tasks, line_edit, oracle_messages
+from engines.env.micro import MODULE, generate_micro_tasks, line_edit, oracle_action, oracle_messages
 from engines.env.workspace import apply_to_files, base_files
 from engines.protocol import Action, parse_action, render_messages
 
@@ -50,12 +50,16 @@ def test_oracle_episode_follows_the_protocol_and_is_compact(tiny_model_dir):
         assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
         assert messages[0]["content"] == task.problem_statement
         action = parse_action(messages[1]["content"])
-        assert isinstance(action, Action) and action.tool == "replace"
+        assert isinstance(action, Action) and action.tool == "edit" and action.line == task.meta()["line"]
+        by_content = oracle_action(task, "replace")
         buggy = task.meta()["files"][MODULE]
-        assert buggy.count(action.old) == 1  # content-addressed: names exactly one place
-        assert buggy.replace(action.old, action.new).split("\n")[task.meta()["line"] - 1] == task.meta()["fixed_line"]
+        assert buggy.count(by_content.old) == 1  # content-addressed: names exactly one place
+        assert (
+            buggy.replace(by_content.old, by_content.new).split("\n")[task.meta()["line"] - 1]
+            == task.meta()["fixed_line"]
+        )
         assert parse_action(messages[3]["content"]) == Action("submit")
-        assert messages[2]["content"] == f"replaced in {MODULE}"
+        assert messages[2]["content"].startswith(f"edited {MODULE}")
     tokenizer = train_tokenizer([render_messages(oracle_messages(t)) for t in tasks[40:]], vocab_size=1024)
     lengths = [len(tokenizer(render_messages(m))["input_ids"]) for m in episodes]
     assert sum(lengths) / len(lengths) < 175, lengths  # about 150 tokens with a 1,024-token BPE
@@ -68,7 +72,7 @@ def test_a_line_edit_is_written_by_number_or_by_unique_content():
         "edit", path=MODULE, line=4, body="    return a - b"
     )
     # Line 4 alone occurs twice: the line above it is copied too, so the edit names one place.
-    by_content = line_edit(source, 4, "    return a - b")
+    by_content = line_edit(source, 4, "    return a - b", "replace")
     assert by_content == Action(
         "replace", path=MODULE, old="def g(a, b):\n    return a + b", new="def g(a, b):\n    return a - b"
     )
