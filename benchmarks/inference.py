@@ -94,12 +94,13 @@ async def ours(agent: AgentLoop, prompts: list[str], seed: int | None) -> tuple[
     return sum(sum(e.loss_mask) for e in episodes), seconds
 
 
-async def vllm_batched(
-    pool: ServerPool, prompt_ids: list[list[int]], max_tokens: int, seed: int | None
-) -> tuple[int, float]:
-    body = {
+def completion_body(
+    pool: ServerPool, prompt: list[int] | list[list[int]], max_tokens: int, seed: int | None
+) -> dict[str, Any]:
+    """A bare /v1/completions request for one prompt or many, sampled as a rollout samples."""
+    return {
         "model": pool.model_name,
-        "prompt": prompt_ids,
+        "prompt": prompt,
         "max_tokens": max_tokens,
         "temperature": 1.0,
         "seed": seed,
@@ -107,6 +108,12 @@ async def vllm_batched(
         "logprobs": 0,
         "return_token_ids": True,
     }
+
+
+async def vllm_batched(
+    pool: ServerPool, prompt_ids: list[list[int]], max_tokens: int, seed: int | None
+) -> tuple[int, float]:
+    body = completion_body(pool, prompt_ids, max_tokens, seed)
     start = time.perf_counter()
     response = await pool._http.post(f"{pool.urls[0]}/v1/completions", json=body, timeout=3600)
     seconds = time.perf_counter() - start
@@ -118,23 +125,9 @@ async def plain_requests(
     pool: ServerPool, prompt_ids: list[list[int]], max_tokens: int, seed: int | None
 ) -> tuple[int, float]:
     """The per-request pattern without our code: one bare HTTP request per prompt, all at once."""
-
-    def body(ids: list[int]) -> dict[str, Any]:
-        return {
-            "model": pool.model_name,
-            "prompt": ids,
-            "max_tokens": max_tokens,
-            "temperature": 1.0,
-            "seed": seed,
-            "ignore_eos": True,
-            "logprobs": 0,
-            "return_token_ids": True,
-        }
-
+    bodies = [completion_body(pool, ids, max_tokens, seed) for ids in prompt_ids]
     start = time.perf_counter()
-    responses = await asyncio.gather(
-        *(pool._http.post(f"{pool.urls[0]}/v1/completions", json=body(i)) for i in prompt_ids)
-    )
+    responses = await asyncio.gather(*(pool._http.post(f"{pool.urls[0]}/v1/completions", json=b) for b in bodies))
     seconds = time.perf_counter() - start
     return sum(len(r.json()["choices"][0]["token_ids"]) for r in responses), seconds
 

@@ -20,10 +20,10 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from engines.model.tiny import TinyModelConfig, tiny_qwen3_moe_config
 from engines.trainer.config import TrainerConfig
 from engines.trainer.loss import rl_loss_sums, token_logprobs
 from engines.trainer.packing import Episode, make_batch
+from engines.trainer.torchrun import exit_rank, torchrun_command
 
 
 def long_tailed_episodes(n: int, seed: int, max_len: int) -> list[Episode]:
@@ -65,7 +66,7 @@ def train_tokens_per_s(model, episodes, cfg: TrainerConfig, packing: bool, repea
     return real / best
 
 
-def memory_rank(parallelism: str, model_dir: str, out: str) -> None:
+def memory_rank(parallelism: str, model_dir: str, out: str) -> NoReturn:
     """One torchrun rank: build the trainee, take one AdamW step, write the bytes of the
     parameters and optimizer state this rank holds (its shards only)."""
     from engines.model.load import load_moe_causal_lm
@@ -91,29 +92,13 @@ def memory_rank(parallelism: str, model_dir: str, out: str) -> None:
     torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX)
     if torch.distributed.get_rank() == 0:
         Path(out).write_text(json.dumps({"bytes": int(peak.item()), "params": params, "optim": optim}))
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
-    sys.stdout.flush()
-    os._exit(0)  # after autograd all-to-all, interpreter teardown can abort (shared/REFERENCE.md)
+    exit_rank()
 
 
 def memory_per_rank(parallelism: str, model_dir: Path, work: Path) -> int:
     out = work / f"{parallelism}.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "benchmarks.trainer",
-        "--memory-rank",
-        parallelism,
-        str(model_dir),
-        str(out),
-    ]
+    cmd = torchrun_command(2, "-m", "benchmarks.trainer", "--memory-rank", parallelism, str(model_dir), str(out))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode:
         raise RuntimeError(f"{parallelism} memory run failed:\n{proc.stderr[-3000:]}")

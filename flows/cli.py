@@ -19,12 +19,13 @@ import logging
 import sys
 from datetime import date, datetime, time
 from decimal import Decimal
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import duckdb
 import pyarrow as pa
 import typer
 
+from flows.cli_shell import user_errors
 from storage.errors import StorageError
 from storage.fs import open_store
 from storage.query import connect
@@ -82,14 +83,12 @@ def query_command(
     """Run SQL over the trajectory lake and print the result."""
     # Library warnings (files left out of views) are reported by the command itself.
     logging.basicConfig(level=logging.ERROR)
-    try:
+    with user_errors(StorageError, ValueError, duckdb.Error, one_line=True):
         lake = connect(open_store(root), run)
         for url, reason in lake.skipped.items():
             _say("warning", f"left out {url}: {reason}")
         relation = lake.sql(sql)
         result = relation.to_arrow_table() if relation is not None else None
-    except (StorageError, ValueError, duckdb.Error) as exc:
-        _fail(exc)
     if result is None:
         return
     if output is OutputFormat.table:
@@ -126,11 +125,6 @@ def _json_value(value: Any) -> Any:
 
 def _say(level: str, message: str) -> None:
     typer.echo(f"{level}: {' '.join(message.split())}", err=True)
-
-
-def _fail(exc: Exception) -> NoReturn:
-    _say("error", str(exc))
-    raise typer.Exit(1)
 
 
 def main() -> None:

@@ -12,22 +12,12 @@ from typing import Annotated
 
 import typer
 
+from flows.cli_shell import command_group, user_errors
 from storage.errors import StorageError
 from storage.fs import open_store
 from storage.migrate import migrate
 
-app = typer.Typer(
-    name="lake",
-    help="Maintain a lake's files.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-
-@app.callback()
-def _group() -> None:
-    """Maintain a lake's files."""
+app = command_group("lake", "Maintain a lake's files.")
 
 
 @app.command("migrate")
@@ -38,11 +28,8 @@ def migrate_command(
     run: Annotated[str | None, typer.Option("--run", help="Only this run (default: every run under the root).")] = None,
 ) -> None:
     """Rewrite files of older schema versions so pandas, pyarrow and polars open every table with their defaults."""
-    try:
+    with user_errors(StorageError, ValueError):
         report = migrate(open_store(root), run)
-    except (StorageError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
     for url, reason in report.failed.items():
         typer.echo(f"warning: left {url} as it was: {reason}", err=True)
     typer.echo(

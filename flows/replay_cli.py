@@ -16,22 +16,12 @@ from typing import Annotated, Any
 import typer
 from pydantic import BaseModel
 
+from flows.cli_shell import command_group, user_errors
 from flows.config import ConfigError, load_config
 
-app = typer.Typer(
-    name="replay",
-    help="New runs from a finished run's stored trajectories.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+app = command_group("replay", "New runs from a finished run's stored trajectories.")
 _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 _CONFIG = typer.Option("--config", help="TOML file with the replay's configuration.")
-
-
-@app.callback()
-def _group() -> None:
-    """New runs from a finished run's stored trajectories."""
 
 
 @app.command("rescore", context_settings=_EXTRA)
@@ -65,20 +55,13 @@ def train_command(ctx: typer.Context, config: Annotated[Path | None, _CONFIG] = 
 
 
 def _load(model: type[BaseModel], path: Path | None, args: list[str]) -> BaseModel:
-    try:
+    with user_errors(ConfigError, FileNotFoundError):
         return load_config(model, path, list(args))
-    except (ConfigError, FileNotFoundError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
 
 
 def _run(flow: Any, config: BaseModel) -> dict[str, Any]:
     from flows.prefect_api import prefect_api
     from storage.errors import StorageError
 
-    with prefect_api():
-        try:
-            return flow(config)
-        except (StorageError, ValueError, FileNotFoundError) as exc:
-            typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
-            raise typer.Exit(1) from None
+    with prefect_api(), user_errors(StorageError, ValueError, FileNotFoundError, one_line=True):
+        return flow(config)

@@ -9,7 +9,7 @@ write the results to a new run, never to the source.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -19,32 +19,45 @@ from storage.config import StorageConfig
 from storage.layout import check_name
 
 
-def _derived_name(source: str, what: str) -> str:
-    return f"{source[:100]}-{what}-{datetime.now():%Y%m%d-%H%M%S}"
-
-
-def _check_names(config: Any, what: str) -> None:
-    check_name("run", config.source_run)
-    if config.run is None:
-        config.run = _derived_name(config.source_run, what)
-    check_name("run", config.run)
-    if config.run == config.source_run:
-        raise ValueError(
-            f"run: {config.run!r} is the source run; give the {what} its own run name (the source run is never written)"
-        )
-
-
-class RescoreConfig(BaseModel):
-    """Re-grade a run's stored final patches with the current grader."""
+class _Replay(BaseModel):
+    """What every replay names: the source run it only reads and the new run it writes."""
 
     model_config = ConfigDict(extra="forbid")
 
-    source_run: str = Field(..., description="Run whose stored patches are re-graded; it is only read.")
+    # The new run's default name: <source_run>-<kind>-<date>-<time>.
+    kind: ClassVar[str]
+
+    source_run: str = Field(
+        ...,
+        description="Run whose stored trajectories are read (rescore: its final patches; train: its rollouts); "
+        "it is never written.",
+    )
     run: str | None = Field(
         None,
-        description="Run the re-grades are written to (table `rescores`). Default: <source_run>-rescore-<date>-<time>.",
+        description="The new run the results are written to (rescore: table `rescores`; train: weights, steps and "
+        "its start record). Default: <source_run>-rescore-<date>-<time> or <source_run>-replay-<date>-<time>.",
     )
     storage: StorageConfig = Field(default_factory=StorageConfig, description="The lake holding both runs.")
+
+    @model_validator(mode="after")
+    def _names(self) -> Self:
+        check_name("run", self.source_run)
+        if self.run is None:
+            self.run = f"{self.source_run[:100]}-{self.kind}-{datetime.now():%Y%m%d-%H%M%S}"
+        check_name("run", self.run)
+        if self.run == self.source_run:
+            raise ValueError(
+                f"run: {self.run!r} is the source run; give the {self.kind} its own run name "
+                "(the source run is never written)"
+            )
+        return self
+
+
+class RescoreConfig(_Replay):
+    """Re-grade a run's stored final patches with the current grader."""
+
+    kind = "rescore"
+
     steps: list[int] | None = Field(None, description="Steps of the source run to re-grade; default: every step.")
     env: EnvConfig | None = Field(
         None,
@@ -57,24 +70,12 @@ class RescoreConfig(BaseModel):
         "files are snapshots; default: the path its start recorded.",
     )
 
-    @model_validator(mode="after")
-    def _names(self) -> RescoreConfig:
-        _check_names(self, "rescore")
-        return self
 
-
-class ReplayTrainConfig(BaseModel):
+class ReplayTrainConfig(_Replay):
     """Train a new run from a source run's stored episodes."""
 
-    model_config = ConfigDict(extra="forbid")
+    kind = "replay"
 
-    source_run: str = Field(..., description="Run whose rollouts are trained on; it is only read.")
-    run: str | None = Field(
-        None,
-        description="The new run (weights, steps and its start record go there). "
-        "Default: <source_run>-replay-<date>-<time>.",
-    )
-    storage: StorageConfig = Field(default_factory=StorageConfig, description="The lake holding both runs.")
     model_path: str | None = Field(
         None,
         description="Starting weights (HF directory or s3://); default: the source "
@@ -99,8 +100,3 @@ class ReplayTrainConfig(BaseModel):
         description="Resume the run even when this configuration differs from "
         "the one stored at its start (only steps may differ otherwise).",
     )
-
-    @model_validator(mode="after")
-    def _names(self) -> ReplayTrainConfig:
-        _check_names(self, "replay")
-        return self

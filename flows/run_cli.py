@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperCommand
 
+from flows.cli_shell import user_errors
 from flows.config import ConfigError, load_config
 from tasks.progress import quiet_prefect_console
 
@@ -71,29 +72,22 @@ def run_command(
     quiet_prefect_console(verbose)  # before Prefect is imported: it reads logging settings once
     from flows.run_config import RunConfig  # torch and transformers load only for this command
 
-    try:
+    with user_errors(ConfigError, FileNotFoundError):
         cfg = load_config(RunConfig, config, list(ctx.args))
-    except (ConfigError, FileNotFoundError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
     from engines.inference.launch import UnsupportedOption, check_machine
 
-    try:  # options this machine's vLLM build cannot run are refused before anything starts
+    # Options this machine's vLLM build cannot run are refused before anything starts.
+    with user_errors(UnsupportedOption):
         check_machine(cfg.inference)
-    except UnsupportedOption as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
     from flows.prefect_api import prefect_api
     from flows.resume import ConfigChangedError, check_resume
     from flows.rl import rl
     from storage.errors import StorageError
     from storage.fs import open_store
 
-    try:  # refused here as one message, before a Prefect server starts
+    # Refused here as one message, before a Prefect server starts.
+    with user_errors(ConfigChangedError, StorageError):
         check_resume(open_store(cfg.storage), cfg.run, cfg, cfg.allow_config_change)
-    except (ConfigChangedError, StorageError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
     typer.echo(f"[tandem] run {cfg.run} under {cfg.storage.root}")
     # TANDEM_PREFECT_HOME: where the embedded server keeps its database (tests use their own).
     with prefect_api(os.environ.get("TANDEM_PREFECT_HOME")):

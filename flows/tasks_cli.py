@@ -26,19 +26,9 @@ from engines.env.corpus import export_jsonl, load_corpus, save_corpus
 from engines.env.errors import EnvError
 from engines.env.micro import generate_micro_tasks
 from engines.env.sdists import DEFAULT_PINS
+from flows.cli_shell import command_group, user_errors
 
-app = typer.Typer(
-    name="tasks",
-    help="Build and validate task corpora.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-
-@app.callback()
-def _group() -> None:
-    """Build and validate task corpora."""
+app = command_group("tasks", "Build and validate task corpora.")
 
 
 @app.command("build")
@@ -67,7 +57,7 @@ def build(
     """Build a corpus: real-project tasks from pinned sdists or project folders, plus optional micro tasks.
     A project that cannot be built is named and skipped; the others' tasks are saved."""
     start = time.monotonic()
-    try:
+    with user_errors(EnvError, ValueError, OSError):
         projects = project or ([p.name for p in DEFAULT_PINS] if default_projects else [])
         tasks, reports = [], []
         if projects:
@@ -94,9 +84,6 @@ def build(
         loaded = load_corpus(out)  # the corpus reads back: the check users would run next
         if jsonl:
             export_jsonl(loaded, jsonl)
-    except (EnvError, ValueError, OSError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
     typer.echo(
         f"{'project':<12} {'version':<8} {'deps':>4} {'tests':>6} {'stable':>6} {'mutants':>7} {'kept':>5} {'heldout':>7} {'seconds':>7}"
     )
@@ -138,14 +125,11 @@ def import_records_command(
     """Import SWE-bench-style records as a corpus, materialising each repository at its base commit."""
     from engines.env.swebench_import import import_records
 
-    try:
+    with user_errors(EnvError, ValueError, OSError):
         sources = dict(_source(item) for item in repo or [])
         tasks = import_records(records, out, sources, split)
         save_corpus(tasks, out)
         loaded = load_corpus(out)
-    except (EnvError, ValueError, OSError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
     snapshots = len({t.snapshot_uri for t in loaded})
     typer.echo(
         f"imported {len(loaded)} tasks from {records} ({snapshots} repository snapshots) -> {out / 'tasks.parquet'}"

@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from flows.cli_shell import user_errors
 from flows.config import ConfigError, load_config
 from flows.run_cli import _EXTRA, KeysInHelp, keys_in_help
 from tasks.progress import quiet_prefect_console
@@ -37,13 +38,10 @@ def sft_command(
     from engines.trainer.demos import load_conversations
     from engines.trainer.sft import sft
 
-    try:
+    with user_errors(ConfigError, ValueError, FileNotFoundError):
         cfg = load_config(TrainerConfig, config, list(ctx.args))
         conversations = load_conversations(data)
         model_dir = resolve_model(model)
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
     typer.echo(f"[sft] {len(conversations)} conversations from {data}; model {model_dir}")
     path = sft(model_dir, conversations, str(out), cfg, log=typer.echo)
     typer.echo(f"[sft] weights written to {path}")
@@ -60,11 +58,8 @@ def eval_command(
     quiet_prefect_console(verbose)
     from flows.run_config import RunConfig
 
-    try:
+    with user_errors(ConfigError):
         cfg = load_config(RunConfig, config, list(ctx.args))
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
     from flows.evaluate import evaluate
     from flows.prefect_api import prefect_api
 

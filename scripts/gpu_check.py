@@ -245,14 +245,13 @@ async def check_wide_ep(model_dir: Path, work: Path) -> str:
 def trainer_rank(spec_file: str) -> None:
     """One torchrun rank of a trainer check: RL steps on the saved episodes; rank 0
     writes the losses."""
-    import os
-
     import pyarrow.parquet as pq
 
     from engines.model.load import load_moe_causal_lm
     from engines.trainer.config import TrainerConfig
     from engines.trainer.distributed import make_accelerator, make_trainee
     from engines.trainer.rl_step import rl_step
+    from engines.trainer.torchrun import exit_rank
 
     spec = json.loads(Path(spec_file).read_text())
     cfg = TrainerConfig.model_validate(spec["trainer"])
@@ -265,16 +264,14 @@ def trainer_rank(spec_file: str) -> None:
     losses = [rl_step(trainee, t, cfg)["loss"] for t in steps]
     if accelerator.is_main_process:
         Path(spec["out"]).write_text(json.dumps(losses))
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
-    sys.stdout.flush()
-    os._exit(0)  # after autograd all-to-all, interpreter teardown can abort
+    exit_rank()
 
 
 def _trainer_losses(model_dir: Path, work: Path, name: str, trainer: dict, episodes: list[str]) -> list[float]:
     import os
     import subprocess
+
+    from engines.trainer.torchrun import torchrun_command
 
     spec = work / f"{name}.json"
     out = work / f"{name}.losses.json"
@@ -282,16 +279,7 @@ def _trainer_losses(model_dir: Path, work: Path, name: str, trainer: dict, episo
         json.dumps({"trainer": trainer, "model_dir": str(model_dir), "episodes": episodes, "out": str(out)})
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={trainer.get('processes', 1)}",
-        str(Path(__file__).resolve()),
-        "--trainer-rank",
-        str(spec),
-    ]
+    cmd = torchrun_command(trainer.get("processes", 1), str(Path(__file__).resolve()), "--trainer-rank", str(spec))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode:
         raise RuntimeError(f"{name} ranks failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")

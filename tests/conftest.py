@@ -45,17 +45,13 @@ def s3_server() -> Iterator[dict[str, str]]:
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield env
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.stop()
+    with pytest.MonkeyPatch.context() as patch:  # the session's environment is restored after
+        for key, value in env.items():
+            patch.setenv(key, value)
+        try:
+            yield env
+        finally:
+            server.stop()
 
 
 @pytest.fixture

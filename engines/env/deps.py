@@ -92,18 +92,7 @@ def ensure_deps(requirements: list[str], python: str = sys.executable, root: Pat
     if dest.is_dir():
         return key
     tmp = stage_dir(dest)
-    cmd = [
-        python,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--target",
-        str(tmp),
-        *requirements,
-    ]
+    cmd = _pip_install(python, "--no-input", "--target", str(tmp), *requirements)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -150,24 +139,17 @@ def _from_setup_cfg(root: Path) -> list[str] | None:
     return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
 
 
+def _pip_install(python: str, *args: str) -> list[str]:
+    """`pip install ARGS` of `python`, quiet and without pip's own version check (errors
+    still reach stderr, which callers quote)."""
+    return [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args]
+
+
 def _from_built_metadata(root: Path, python: str) -> list[str]:
     """Requires-Dist from the metadata pip builds (setup.py projects, dynamic dependencies)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        cmd = [
-            python,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--dry-run",
-            "--no-deps",
-            "--ignore-installed",
-            "--disable-pip-version-check",
-            "--report",
-            str(report),
-            str(root),
-        ]
+        cmd = _pip_install(python, "--dry-run", "--no-deps", "--ignore-installed", "--report", str(report), str(root))
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0 or not report.is_file():
             raise BuildError(f"{root.name}: cannot read its declared dependencies ({proc.stderr.strip()[-300:]})")

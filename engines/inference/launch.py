@@ -147,19 +147,7 @@ def server_command(
         argv += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(cfg.max_model_len, 4096))]
     else:
         argv += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gb * 2**30))]
-    if c.fp8 == "quantize":
-        # vLLM 0.32's "fp8" method reads FP8 checkpoints only; online quantisation of a bf16
-        # checkpoint is "fp8_per_block", the 128x128 blocks the trainer's FP8 export writes.
-        argv += ["--quantization", "fp8_per_block"]
-    if c.tensor_parallel_size > 1:
-        argv += ["--tensor-parallel-size", str(c.tensor_parallel_size)]
-    argv += wide_ep.data_parallel_flags(c)
-    if c.expert_parallel:
-        argv.append("--enable-expert-parallel")
-    if c.all2all_backend is not None:
-        argv += ["--all2all-backend", c.all2all_backend]
-    if c.routed_expert_capture:
-        argv.append("--enable-return-routed-experts")
+    argv += wide_ep.cluster_flags(c)
     if kv_role is not None and c.disaggregation is not None:
         argv += ["--kv-transfer-config", json.dumps(kv_transfer_config(c.disaggregation, kv_role, kv_path))]
     return argv + list(c.extra_server_args)

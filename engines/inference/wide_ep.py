@@ -1,4 +1,4 @@
-"""vLLM's data-parallel flags, for one node or many (wide expert parallel).
+"""vLLM's flags of the cluster layout, for one node or many (wide expert parallel).
 
 With `data_parallel_size_local < data_parallel_size` the engines of one server span
 nodes: the pool starts the head (data-parallel ranks 0 .. local-1, with the API
@@ -31,6 +31,27 @@ def data_parallel_flags(c: ClusterOptions, start_rank: int = 0) -> list[str]:
     return flags
 
 
+def cluster_flags(c: ClusterOptions, start_rank: int = 0) -> list[str]:
+    """Flags of FP8, tensor / data / expert parallel, all-to-all and routed-expert
+    capture: the head and every secondary node must agree on them, so both take them
+    from here."""
+    flags: list[str] = []
+    if c.fp8 == "quantize":
+        # vLLM 0.32's "fp8" method reads FP8 checkpoints only; online quantisation of a bf16
+        # checkpoint is "fp8_per_block", the 128x128 blocks the trainer's FP8 export writes.
+        flags += ["--quantization", "fp8_per_block"]
+    if c.tensor_parallel_size > 1:
+        flags += ["--tensor-parallel-size", str(c.tensor_parallel_size)]
+    flags += data_parallel_flags(c, start_rank)
+    if c.expert_parallel:
+        flags.append("--enable-expert-parallel")
+    if c.all2all_backend is not None:
+        flags += ["--all2all-backend", c.all2all_backend]
+    if c.routed_expert_capture:
+        flags.append("--enable-return-routed-experts")
+    return flags
+
+
 def secondary_node_command(cfg: InferenceConfig, python: str, start_rank: int) -> list[str]:
     """The argv another node runs to add its engines (ranks from `start_rank`) to the
     head's server: headless (no API server), the same model and parallel layout."""
@@ -47,15 +68,4 @@ def secondary_node_command(cfg: InferenceConfig, python: str, start_rank: int) -
     argv += ["--max-model-len", str(cfg.max_model_len), "--dtype", cfg.dtype]
     if cfg.enforce_eager:
         argv.append("--enforce-eager")
-    if c.fp8 == "quantize":
-        argv += ["--quantization", "fp8_per_block"]
-    if c.tensor_parallel_size > 1:
-        argv += ["--tensor-parallel-size", str(c.tensor_parallel_size)]
-    argv += data_parallel_flags(c, start_rank)
-    if c.expert_parallel:
-        argv.append("--enable-expert-parallel")
-    if c.all2all_backend is not None:
-        argv += ["--all2all-backend", c.all2all_backend]
-    if c.routed_expert_capture:
-        argv.append("--enable-return-routed-experts")
-    return argv + list(c.extra_server_args)
+    return argv + cluster_flags(c, start_rank) + list(c.extra_server_args)

@@ -43,34 +43,39 @@ _COMMON = dict(
 )
 
 
+# Every family's experts: 8 routed experts of width 32, top-2 (dense MLPs: width 128).
+_EXPERTS, _TOP_K, _EXPERT_WIDTH, _DENSE_WIDTH = 8, 2, 32, 128
+
+
+def _experts(count_key: str, width_key: str) -> dict[str, int]:
+    """The shared expert layout under a family's own key names."""
+    return {count_key: _EXPERTS, "num_experts_per_tok": _TOP_K, width_key: _EXPERT_WIDTH}
+
+
 def tiny_config(family: str, vocab_size: int = 256) -> PretrainedConfig:
     """A tiny config of `family` (one of FAMILIES)."""
     c = dict(_COMMON, vocab_size=vocab_size)
     if family == "qwen3_moe":
         return Qwen3MoeConfig(
             **c,
-            intermediate_size=128,
-            moe_intermediate_size=32,
-            num_experts=8,
-            num_experts_per_tok=2,
+            **_experts("num_experts", "moe_intermediate_size"),
+            intermediate_size=_DENSE_WIDTH,
             norm_topk_prob=True,
             decoder_sparse_step=1,
             mlp_only_layers=[],
         )
     if family == "mixtral":
-        return MixtralConfig(**c, intermediate_size=32, num_local_experts=8, num_experts_per_tok=2)
+        return MixtralConfig(**c, **_experts("num_local_experts", "intermediate_size"))
     if family in ("deepseek_v3", "glm4_moe"):
         routed = dict(
-            n_routed_experts=8,
-            num_experts_per_tok=2,
+            **_experts("n_routed_experts", "moe_intermediate_size"),
+            intermediate_size=_DENSE_WIDTH,
             n_group=2,
             topk_group=1,
             routed_scaling_factor=2.5,
             norm_topk_prob=True,
             n_shared_experts=1,
             first_k_dense_replace=0,
-            moe_intermediate_size=32,
-            intermediate_size=128,
         )
         if family == "glm4_moe":
             return Glm4MoeConfig(**c, **routed, partial_rotary_factor=0.5)
@@ -93,9 +98,7 @@ def tiny_config(family: str, vocab_size: int = 256) -> PretrainedConfig:
     if family == "gpt_oss":
         return GptOssConfig(
             **c,
-            intermediate_size=32,
-            num_local_experts=8,
-            num_experts_per_tok=2,
+            **_experts("num_local_experts", "intermediate_size"),
             sliding_window=16,
             layer_types=["sliding_attention", "full_attention"],
             # YaRN as GPT-OSS ships it (vLLM's GPT-OSS reads these keys), at a tiny scale.

