@@ -78,9 +78,13 @@ class Host:
                 pass
         self.proc.wait()
 
-    def stop(self) -> None:
+    def interrupt(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGINT)  # the worker ignores SIGTERM for a while
+
+    def stop(self) -> None:
+        """After `interrupt` (of every host first, so they wind down side by side)."""
+        if self.proc.poll() is None:
             try:
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:
@@ -186,6 +190,8 @@ def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(
         logs = {name: host.log_path.read_text(errors="replace") for name, host in hosts.items()}
         assert state.is_completed(), f"rl run ended {state.type}: {state.message}\n" + logs["control"][-4000:]
     finally:
+        for host in hosts.values():
+            host.interrupt()
         for host in hosts.values():
             host.stop()
     assert killed_at is not None and killed_at < STEPS, "the trainer's machine was not killed mid-run"
