@@ -16,6 +16,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from engines.rollout.lane import RolloutLane
+from tasks.progress import say
 
 
 @task(name="rollout-step", cache_policy=NO_CACHE)
@@ -39,4 +40,4 @@ async def retain_weights(lane: RolloutLane, keep_last: int, milestone_every: int
 
 @task(name="evaluate", cache_policy=NO_CACHE)
 async def evaluate_policy(lane: RolloutLane, k: int) -> dict[str, Any]:
-    return await lane.evaluate(k)
+    return await lane.evaluate(k, progress=say)

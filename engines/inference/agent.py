@@ -82,13 +82,19 @@ class AgentLoop:
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    async def run_episodes(self, requests: Sequence[EpisodeRequest]) -> list[Episode]:
-        """Run all requests, at most `limits.max_concurrent_episodes` at a time; results in order."""
+    async def run_episodes(
+        self, requests: Sequence[EpisodeRequest], on_done: Callable[[Episode], None] | None = None
+    ) -> list[Episode]:
+        """Run all requests, at most `limits.max_concurrent_episodes` at a time; results in order.
+        `on_done` is called with each episode as it finishes (for progress lines)."""
         bound = asyncio.Semaphore(self.limits.max_concurrent_episodes)
 
         async def one(req: EpisodeRequest) -> Episode:
             async with bound:
-                return await self.run_episode(req)
+                episode = await self.run_episode(req)
+            if on_done is not None:
+                on_done(episode)
+            return episode
 
         return list(await asyncio.gather(*(one(r) for r in requests)))
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,9 +176,10 @@ class RolloutLane:
         in_use = {self.served, self.started_from}
         return apply_retention(self.store, self.run, keep_last, milestone_every, in_use)
 
-    async def evaluate(self, k: int) -> dict[str, Any]:
-        """pass@1 (greedy) and pass@k of the served policy on the held-out tasks."""
+    async def evaluate(self, k: int, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        """pass@1 (greedy) and pass@k of the served policy on the held-out tasks;
+        `progress` gets a line at every tenth of each pass."""
         result = await evaluate(
-            self.greedy, self.agent, self.grader, self.cache, self.env, self.heldout, k, self.served
+            self.greedy, self.agent, self.grader, self.cache, self.env, self.heldout, k, self.served, progress
         )
         return result.as_dict()
