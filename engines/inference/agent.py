@@ -26,11 +26,14 @@ server or the environment failed rather than the input).
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 import time
 import traceback
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -75,6 +78,16 @@ class AgentLoop:
         self.limits = cfg.limits
         self.eos_id = tokenizer.convert_tokens_to_ids(END)
         self.allowed_token_ids = tuple(allowed_token_ids) if allowed_token_ids is not None else None
+        # One thread per episode in flight: environment calls block (a `test` waits for a
+        # grading sandbox), and asyncio's default pool (cores + 4 threads) let a few
+        # blocked test calls hold every other episode's view, edit and prompt back.
+        # Threads start on demand; an idle one costs only its stack.
+        self._threads = ThreadPoolExecutor(self.limits.max_concurrent_episodes, thread_name_prefix="episode-env")
+
+    async def _in_thread(self, fn: Callable, *args: object):
+        """`fn(*args)` on the loop's own threads (asyncio.to_thread with a pool of ours)."""
+        call = functools.partial(contextvars.copy_context().run, fn, *args)
+        return await asyncio.to_thread(fn, *args)
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False)
@@ -107,7 +120,7 @@ class AgentLoop:
         routes: list[np.ndarray] = []
         try:
             async with asyncio.timeout(self.limits.wall_seconds):
-                env = await asyncio.to_thread(req.make_env)
+                env = await self._in_thread(req.make_env)
                 ep.finish_reason = await self._turns(ep, env, req, session, routes)
         except TimeoutError:
             ep.finish_reason = "timeout"
@@ -127,7 +140,7 @@ class AgentLoop:
     async def _turns(
         self, ep: Episode, env: EpisodeEnv, req: EpisodeRequest, session: str, routes: list[np.ndarray]
     ) -> FinishReason:
-        problem = await asyncio.to_thread(env.prompt)
+        problem = await self._in_thread(env.prompt)
         ep.prompt_ids = self.encode(USER + problem + END + ASSISTANT)
         if len(ep.prompt_ids) >= self.limits.max_total_tokens:
             raise RequestRejected(
@@ -156,7 +169,7 @@ class AgentLoop:
                 routes.append(turn.routed_experts)
             closed = bool(turn.token_ids) and turn.token_ids[-1] == self.eos_id
             action = self.decode(turn.token_ids[:-1] if closed else turn.token_ids)
-            result = await asyncio.to_thread(env.step, action)
+            result = await self._in_thread(env.step, action)
             if result.done:
                 return "submitted"
             observation = self._observation_ids(result.observation, closed)
@@ -196,12 +209,12 @@ class AgentLoop:
         if env is not None:
             try:
                 if not ep.infra_failure:
-                    ep.patch = await asyncio.to_thread(env.patch)
+                    ep.patch = await self._in_thread(env.patch)
             except Exception as err:
                 self._fail(ep, f"episode {ep.task_id}/{ep.sample_index}: reading the patch failed: {err!r}", infra=True)
             finally:
                 try:
-                    await asyncio.to_thread(env.close)
+                    await self._in_thread(env.close)
                 except Exception:
                     log.exception("closing the environment of %s/%d failed", ep.task_id, ep.sample_index)
         if routes:

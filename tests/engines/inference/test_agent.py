@@ -156,3 +156,26 @@ def test_concurrent_episodes_respect_the_bound_and_close_their_envs(
     assert all(e.finish_reason == "submitted" for e in episodes)
     assert 2 <= CountingTestEnv.open_max <= 3
     assert len(envs) == 9 and all(env.closed for env in envs) and CountingTestEnv.open_now == 0
+
+
+class BarrierEnv(CountingTestEnv):
+    """Its first step blocks until `parties` episodes are inside a step at once."""
+
+    def __init__(self, barrier: threading.Barrier) -> None:
+        super().__init__(submit_after=1)
+        self.barrier = barrier
+
+    def step(self, action_text: str) -> Step:
+        self.barrier.wait()
+        return super().step(action_text)
+
+
+def test_blocked_environment_calls_do_not_hold_other_episodes_back(
+    pool: Any, run: Any, tokenizer: Any, tiny_model_dir: Path
+) -> None:
+    # 12 episodes blocked in their environment at once: more than asyncio's default
+    # thread pool holds on a small machine (cores + 4), where the 12th would never start.
+    barrier = threading.Barrier(12, timeout=10)
+    agent = agent_for(pool, tokenizer, tiny_model_dir, with_eos=True, limits={"max_concurrent_episodes": 12})
+    episodes = run(agent.run_episodes([EpisodeRequest("t", "g", i, lambda: BarrierEnv(barrier)) for i in range(12)]))
+    assert [e.finish_reason for e in episodes] == ["submitted"] * 12, episodes[0].infra_message

@@ -1,0 +1,379 @@
+"""Where an edit-feedback step's time goes: N feedback episodes against the managed
+vLLM server, beside the one-shot protocol and raw vLLM, in one run.
+
+  feedback : the default run's step (rl.batch_size episodes of rl.group_size per
+             task, edit feedback with env.edit_attempts tested edits), through the
+             rollout path itself (engines/rollout/step.py: AgentLoop, the grading
+             pool's warm sandboxes for every `test` and every attempt, final grade)
+  oneshot  : the same tasks with env.edit_attempts = 0 (edits are not tested)
+  raw      : vLLM alone generating the feedback episodes' prompts with the same
+             output lengths (eos ignored), all at once: what the server can do
+
+The model is a warm start of the run's kind (the tiny MoE after SFT on the run's
+demonstrations), built once and cached under the cache folder by a hash of what
+makes it, so later runs start in seconds; --model-dir serves another one.
+
+Breakdown of the feedback step, from our own timers and vLLM's /metrics:
+generation (the server's prefill and decode time, prompt and generated tokens,
+prefix-cache hit rate), tool calls (test calls: count, ms per call, of which ms
+waiting for a free sandbox), time an episode's tool call waits for a thread,
+and the share of the step the server had no request running (sampled every 50 ms).
+
+Last line: one JSON object, {"bench": "episodes", "feedback_tokens_per_s",
+"oneshot_tokens_per_s", "raw_tokens_per_s", "feedback_efficiency", "step_s",
+"test_call_ms", ...}; feedback_efficiency = feedback over raw tokens per second.
+
+    python -m benchmarks.episodes [--episodes 128] [--group 8] [--rounds 2] [--model-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+
+from engines.env.grader import GradingPool
+from engines.env.micro import generate_micro_tasks
+from engines.env.micro_demos import feedback_demonstrations
+from engines.env.session import EnvSession, Tester
+from engines.env.types import Task
+from engines.inference.agent import AgentLoop, EpisodeRequest
+from engines.inference.server_pool import ServerPool
+from engines.model.load import load_tokenizer
+from engines.model.tiny import create_tiny_model
+from engines.protocol import render_messages
+from engines.rollout.step import GradeCache, grade_episodes, pool_tester
+from engines.trainer.sft import sft
+from flows.run_config import RunConfig
+from storage.atomic_dir import atomic_dir
+
+_METRICS = (
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:request_prefill_time_seconds_sum",
+    "vllm:request_decode_time_seconds_sum",
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+)
+
+
+# ---- the warm start -----------------------------------------------------------------
+
+
+def warm_start(config: RunConfig, tasks: int, steps: int) -> Path:
+    """The tiny MoE after `steps` SFT steps on the run's demonstrations of `tasks`
+    training tasks, cached by a hash of the settings and of the modules that make it."""
+    code = b"".join(
+        (Path(__file__).resolve().parents[1] / m).read_bytes()
+        for m in (
+            "engines/env/micro.py",
+            "engines/env/micro_demos.py",
+            "engines/model/tiny.py",
+            "engines/trainer/sft.py",
+        )
+    )
+    sft_cfg = config.trainer.sft.model_copy(update={"max_steps": steps, "max_seconds": None})
+    parts = [config.model.tiny.model_dump(), sft_cfg.model_dump(), config.tasks.seed, config.env.edit_attempts, tasks]
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode() + code).hexdigest()[:16]
+    cache = Path(os.environ.get("TANDEM_CACHE", Path.home() / ".cache" / "tandem-rl")) / "warm-starts" / key
+    if (cache / "config.json").exists():
+        return cache
+    print(f"[bench] building a warm start ({steps} SFT steps; cached in {cache})", file=sys.stderr)
+    train = generate_micro_tasks(tasks, seed=config.tasks.seed)
+    demos = feedback_demonstrations(
+        train, config.env.edit_attempts, sft_cfg.failed_attempt_share, config.tasks.seed, sft_cfg.edit_tool
+    )
+    trainer = config.trainer.model_copy(update={"sft": sft_cfg})
+    with tempfile.TemporaryDirectory() as tmp, atomic_dir(cache) as stage:
+        init = create_tiny_model(Path(tmp) / "init", (render_messages(d) for d in demos), config.model.tiny)
+        sft(str(init), demos, str(stage), trainer, log=lambda *a: None)
+    return cache
+
+
+# ---- instruments --------------------------------------------------------------------
+
+
+class Timers:
+    """Thread-safe lists of durations by name."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, list[float]] = defaultdict(list)
+        self._lock = threading.Lock()
+
+    def add(self, name: str, seconds: float) -> None:
+        with self._lock:
+            self.values[name].append(seconds)
+
+    def total(self, name: str) -> float:
+        return sum(self.values.get(name, ()))
+
+    def median_ms(self, name: str) -> float:
+        v = self.values.get(name)
+        return round(1000 * statistics.median(v), 2) if v else 0.0
+
+
+class TimedEnv:
+    """An EpisodeEnv that records how long each call waited for a thread: the agent
+    loop reads `env.step` in the event loop (submission), the call starts in a thread."""
+
+    def __init__(self, env: EnvSession, timers: Timers) -> None:
+        self._env, self._timers = env, timers
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._env, name)
+        submitted = time.monotonic()
+
+        def call(*args: Any) -> Any:
+            started = time.monotonic()
+            self._timers.add("thread_wait", started - submitted)
+            try:
+                return method(*args)
+            finally:
+                self._timers.add(f"env_{name}", time.monotonic() - started)
+
+        return call
+
+
+def timed_tester(tester: Tester, timers: Timers) -> Tester:
+    def run(task: Task, workspace) -> Any:
+        start = time.monotonic()
+        result = tester(task, workspace)
+        wall = time.monotonic() - start
+        timers.add("test_call", wall)
+        timers.add("test_sandbox", result.grading_s)  # from taking a sandbox to the report
+        return result
+
+    return run
+
+
+class ServerWatch:
+    """Samples the server's running-request gauge every 50 ms while a step runs."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.samples, self._task = url, [], None
+
+    async def _poll(self, client: httpx.AsyncClient) -> None:
+        while True:
+            text = (await client.get(f"{self.url}/metrics")).text
+            match = re.search(r"^vllm:num_requests_running\{[^}]*\} (\S+)", text, re.M)
+            self.samples.append(float(match.group(1)) if match else 0.0)
+            await asyncio.sleep(0.05)
+
+    async def __aenter__(self) -> ServerWatch:
+        self._client = httpx.AsyncClient(timeout=10)
+        self._task = asyncio.create_task(self._poll(self._client))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        await self._client.aclose()
+
+    def idle_share(self) -> float:
+        return sum(s == 0 for s in self.samples) / max(1, len(self.samples))
+
+    def mean_running(self) -> float:
+        return statistics.fmean(self.samples) if self.samples else 0.0
+
+
+async def counters(url: str) -> dict[str, float]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        text = (await client.get(f"{url}/metrics")).text
+    out = {}
+    for name in _METRICS:
+        values = re.findall(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)", text, re.M)
+        out[name] = sum(float(v) for v in values)
+    return out
+
+
+# ---- the three paths ----------------------------------------------------------------
+
+
+async def feedback_step(
+    agent: AgentLoop, grader: GradingPool, config: RunConfig, tasks: list[Task], group: int, attempts: int
+) -> dict[str, Any]:
+    """One step of the rollout path with instruments; returns its figures and episodes."""
+    env_cfg = config.env.model_copy(update={"edit_attempts": attempts})
+    timers, cache = Timers(), GradeCache()
+    tester = timed_tester(pool_tester(grader, cache), timers)
+    requests = [
+        EpisodeRequest(
+            t.instance_id, f"t{i}", s, lambda t=t: TimedEnv(EnvSession.open(t, env_cfg, tester), timers), seed=None
+        )
+        for i, t in enumerate(tasks)
+        for s in range(group)
+    ]
+    url = agent.pool.urls[0]
+    before = await counters(url)
+    t0 = time.monotonic()
+    async with ServerWatch(url) as watch:
+        episodes = await agent.run_episodes(requests)
+    t1 = time.monotonic()
+    by_id = {t.instance_id: t for t in tasks}
+    grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in episodes])
+    t2 = time.monotonic()
+    after = await counters(url)
+    delta = {k.split(":")[1]: after[k] - before[k] for k in _METRICS}
+    bad = [e.infra_message for e in episodes if e.infra_failure]
+    if bad:
+        raise RuntimeError(f"{len(bad)} episodes failed in the harness: {bad[0]}")
+    tokens = sum(sum(e.loss_mask) for e in episodes)
+    return {
+        "episodes": episodes,
+        "tokens": tokens,
+        "episodes_s": t1 - t0,
+        "step_s": t2 - t0,
+        "final_grading_s": t2 - t1,
+        "resolved": sum(g.resolved for g in grades) / len(grades),
+        "turns": sum(e.num_turns for e in episodes),
+        "test_calls": len(timers.values.get("test_call", ())),
+        "test_call_ms": timers.median_ms("test_call"),
+        "test_sandbox_ms": timers.median_ms("test_sandbox"),
+        "test_calls_s": timers.total("test_call"),
+        "thread_wait_s": timers.total("thread_wait"),
+        "thread_wait_ms_p50": timers.median_ms("thread_wait"),
+        "env_open_s": timers.total("env_prompt"),
+        "generation_s_per_episode": statistics.fmean(e.generation_s for e in episodes),
+        "server_idle_share": watch.idle_share(),
+        "server_mean_running": watch.mean_running(),
+        "vllm": delta,
+    }
+
+
+async def raw_batch(pool: ServerPool, episodes: list) -> tuple[int, float]:
+    """The episodes' prompts with their generated lengths, all at once (one request per length)."""
+    by_length: dict[int, list[list[int]]] = defaultdict(list)
+    for e in episodes:
+        by_length[max(1, sum(e.loss_mask))].append(e.prompt_ids)
+    bodies = [
+        {
+            "model": pool.model_name,
+            "prompt": prompts,
+            "max_tokens": n,
+            "temperature": 0.7,
+            "ignore_eos": True,
+            "logprobs": 0,
+            "return_token_ids": True,
+        }
+        for n, prompts in by_length.items()
+    ]
+    async with httpx.AsyncClient(timeout=3600) as client:
+        start = time.perf_counter()
+        answers = await asyncio.gather(*(client.post(f"{pool.urls[0]}/v1/completions", json=b) for b in bodies))
+        seconds = time.perf_counter() - start
+    return sum(len(c["token_ids"]) for a in answers for c in a.json()["choices"]), seconds
+
+
+# ---- the run ------------------------------------------------------------------------
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    config = RunConfig(run="bench-episodes")
+    model_dir = Path(args.model_dir) if args.model_dir else warm_start(config, args.sft_tasks, args.sft_steps)
+    work = Path(tempfile.mkdtemp(prefix="bench-episodes-"))
+    inference = config.inference.model_copy(update={"model_dir": str(model_dir), "log_dir": str(work / "logs")})
+    tokenizer = load_tokenizer(str(model_dir))
+    n_tasks = max(1, args.episodes // args.group)
+    heldout = generate_micro_tasks(n_tasks * (args.rounds + 1), seed=config.tasks.seed + 1, split="heldout")
+    attempts = config.env.edit_attempts
+    fb: list[dict] = []
+    one: list[dict] = []
+    raw: list[tuple[int, float]] = []
+    grader = GradingPool(config.env)
+    try:
+        async with ServerPool(inference) as pool:
+            agent = AgentLoop(pool, tokenizer, inference)
+            await feedback_step(agent, grader, config, heldout[:n_tasks], args.group, attempts)  # warm-up
+            for r in range(args.rounds):
+                tasks = heldout[(r + 1) * n_tasks : (r + 2) * n_tasks]
+                fb.append(await feedback_step(agent, grader, config, tasks, args.group, attempts))
+                one.append(await feedback_step(agent, grader, config, tasks, args.group, 0))
+                raw.append(await raw_batch(pool, fb[-1]["episodes"]))
+    finally:
+        grader.close()
+    return summarize(fb, one, raw, args)
+
+
+def summarize(fb: list[dict], one: list[dict], raw: list[tuple[int, float]], args: argparse.Namespace) -> dict:
+    fb_tps = sum(s["tokens"] for s in fb) / sum(s["episodes_s"] for s in fb)
+    one_tps = sum(s["tokens"] for s in one) / sum(s["episodes_s"] for s in one)
+    raw_tps = sum(t for t, _ in raw) / sum(s for _, s in raw)
+    mean = lambda key: round(statistics.fmean(s[key] for s in fb), 3)  # noqa: E731
+    vllm = {k: round(statistics.fmean(s["vllm"][k] for s in fb), 3) for k in fb[0]["vllm"]}
+    hits = vllm["prefix_cache_hits_total"] / max(1.0, vllm["prefix_cache_queries_total"])
+    for s in fb:
+        print(
+            f"[bench] feedback step {s['step_s']:.1f}s: episodes {s['episodes_s']:.1f}s, final grading "
+            f"{s['final_grading_s']:.1f}s, {s['tokens']} tokens, {s['turns']} turns, {s['test_calls']} test calls "
+            f"({s['test_calls_s']:.1f}s summed, {s['test_call_ms']} ms each, sandbox {s['test_sandbox_ms']} ms), "
+            f"server idle {s['server_idle_share']:.0%}, mean running {s['server_mean_running']:.1f}",
+            file=sys.stderr,
+        )
+    return {
+        "bench": "episodes",
+        "feedback_tokens_per_s": round(fb_tps, 1),
+        "oneshot_tokens_per_s": round(one_tps, 1),
+        "raw_tokens_per_s": round(raw_tps, 1),
+        "feedback_efficiency": round(fb_tps / raw_tps, 3),
+        "feedback_vs_oneshot": round(fb_tps / one_tps, 3),
+        "step_s": mean("step_s"),
+        "episodes_s": mean("episodes_s"),
+        "final_grading_s": mean("final_grading_s"),
+        "oneshot_step_s": round(statistics.fmean(s["step_s"] for s in one), 3),
+        "tokens_per_step": mean("tokens"),
+        "turns_per_step": mean("turns"),
+        "test_calls_per_step": mean("test_calls"),
+        "test_call_ms": round(statistics.fmean(s["test_call_ms"] for s in fb), 2),
+        "test_sandbox_ms": round(statistics.fmean(s["test_sandbox_ms"] for s in fb), 2),
+        "test_calls_s_summed": mean("test_calls_s"),
+        "thread_wait_s_summed": mean("thread_wait_s"),
+        "generation_s_per_episode": mean("generation_s_per_episode"),
+        "server_idle_share": mean("server_idle_share"),
+        "server_mean_running": mean("server_mean_running"),
+        "prefill_s": vllm["request_prefill_time_seconds_sum"],
+        "decode_s": vllm["request_decode_time_seconds_sum"],
+        "prompt_tokens": vllm["prompt_tokens_total"],
+        "generated_tokens": vllm["generation_tokens_total"],
+        "prefix_cache_hit_rate": round(hits, 3),
+        "resolved": mean("resolved"),
+        "episodes": args.episodes,
+        "rounds": args.rounds,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=128, help="episodes per step (the run's rl.batch_size)")
+    parser.add_argument("--group", type=int, default=8, help="episodes per task (the run's rl.group_size)")
+    parser.add_argument("--rounds", type=int, default=2, help="measured steps of each path (after one warm-up)")
+    parser.add_argument("--model-dir", help="HF causal LM to serve (default: the cached warm start)")
+    parser.add_argument(
+        "--sft-steps", type=int, default=300, help="SFT steps of the warm start built when none is cached"
+    )
+    parser.add_argument(
+        "--sft-tasks", type=int, default=2000, help="training tasks the warm start's demonstrations use"
+    )
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(run(args))))
+
+
+if __name__ == "__main__":
+    main()
