@@ -7,6 +7,7 @@ same tasks can be compared pairwise (engines/rollout/attempts.py: mcnemar_p)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -68,13 +69,17 @@ async def evaluate(
     each seeds its episodes only when its `sampling.seed` is set. `progress` gets a
     line at every tenth of each pass (a 500-task evaluation takes minutes on CPU)."""
     tester = pool_tester(grader, cache)
-    g_eps = await greedy.run_episodes(
-        episode_requests(tasks, 1, env, step=-1, seed=greedy.cfg.sampling.seed, tester=tester),
-        episode_counter(f"v{version} greedy", len(tasks), progress),
-    )
-    s_eps = await sampled.run_episodes(
-        episode_requests(tasks, k, env, step=-2, seed=sampled.cfg.sampling.seed, tester=tester),
-        episode_counter(f"v{version} sampled", len(tasks) * k, progress),
+    # Both passes at once: the sampled pass fills the server's batch while the greedy
+    # pass's last episodes wait on their tests, and the reverse.
+    g_eps, s_eps = await asyncio.gather(
+        greedy.run_episodes(
+            episode_requests(tasks, 1, env, step=-1, seed=greedy.cfg.sampling.seed, tester=tester),
+            episode_counter(f"v{version} greedy", len(tasks), progress),
+        ),
+        sampled.run_episodes(
+            episode_requests(tasks, k, env, step=-2, seed=sampled.cfg.sampling.seed, tester=tester),
+            episode_counter(f"v{version} sampled", len(tasks) * k, progress),
+        ),
     )
     by_id = {t.instance_id: t for t in tasks}
     g_grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in g_eps])
