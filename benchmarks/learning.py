@@ -13,9 +13,9 @@ start, in points), p_value (exact McNemar, RL after vs before, paired by task),
 p_value_sft (the same for SFT), heldout_tasks, and the seconds each arm trained; and
 rl_gain_interval (95% paired bootstrap over tasks, in points).
 
---quick measures one learning design cheaply (about 10 minutes on 2 cores once the warm
-start is cached): arm (a) only, on the first QUICK_HELDOUT held-out tasks, for
-QUICK_STEPS RL steps, from the cached warm start (engines/trainer/warm_start_cache.py).
+--quick measures one learning design cheaply: arm (a) only, on the first QUICK_HELDOUT
+held-out tasks, for QUICK_STEPS RL steps, from the cached warm start
+(engines/trainer/warm_start_cache.py).
 Either mode appends a row to the `experiments` table of the lake at --experiments
 (default $TANDEM_ROOT, else ./runs: where `tandem query` looks), so
 `tandem query "SELECT name, figures FROM experiments"` lists every design tried.
@@ -55,8 +55,11 @@ from storage.query import connect
 
 _FRESH_SEED_OFFSET = 1000  # train tasks use seed, held-out seed + 1: fresh ones use neither
 _FRESH_TASKS = 8000
-QUICK_STEPS = 12  # RL steps of --quick: enough for the policy to move, about 1 minute each
-QUICK_HELDOUT = 200  # held-out tasks of --quick: a 10-point gain's 95% interval is about +-5 points
+# From LEARNING.md's timings on 2 cores (70-81 s per RL step with edit feedback, about 2
+# minutes per evaluation pass of 200 tasks), --quick takes about 20 minutes once the warm
+# start is cached: 10 steps and 4 passes (greedy and sampled, before and after).
+QUICK_STEPS = 10  # RL steps of --quick: design E's 12 steps moved greedy pass@1 by 4 points
+QUICK_HELDOUT = 200  # held-out tasks of --quick: a 10-point gain's 95% interval is about +-6 points
 
 
 def continued_sft(config: RunConfig, v0: str, seconds: float, out: Path) -> Path:
