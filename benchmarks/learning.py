@@ -10,9 +10,17 @@ warm start, on the same held-out tasks.
 
 Reported: rl_gain_points and sft_gain_points (held-out greedy pass@1 over the warm
 start, in points), p_value (exact McNemar, RL after vs before, paired by task),
-p_value_sft (the same for SFT), heldout_tasks, and the seconds each arm trained.
+p_value_sft (the same for SFT), heldout_tasks, and the seconds each arm trained; and
+rl_gain_interval (95% paired bootstrap over tasks, in points).
 
-    python -m benchmarks.learning [--seed 0] [--run-args --rl.steps 40 ...]
+--quick measures one learning design cheaply: arm (a) only, on the first QUICK_HELDOUT
+held-out tasks, for QUICK_STEPS RL steps, from the cached warm start
+(engines/trainer/warm_start_cache.py).
+Either mode appends a row to the `experiments` table of the lake at --experiments
+(default $TANDEM_ROOT, else ./runs: where `tandem query` looks), so
+`tandem query "SELECT name, figures FROM experiments"` lists every design tried.
+
+    python -m benchmarks.learning [--quick] [--name NAME] [--seed 0] [--run-args --rl.steps 40 ...]
 
 The last line printed is one JSON object.
 """
@@ -22,27 +30,36 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from engines.env.micro import generate_micro_tasks
 from engines.env.micro_demos import feedback_demonstrations
 from engines.model.load import local_model_dir
-from engines.rollout.attempts import mcnemar_p
+from engines.rollout.attempts import mcnemar_p, paired_bootstrap_interval
 from engines.trainer.sft import sft
 from flows.config import load_config
 from flows.evaluate import evaluate
 from flows.prefect_api import prefect_api
+from flows.provenance import code_version
 from flows.rl import rl
 from flows.run_config import RunConfig
 from flows.runtime import work_dir
-from storage import checkpoints
+from storage import checkpoints, tables
 from storage.fs import open_store
 from storage.query import connect
 
 _FRESH_SEED_OFFSET = 1000  # train tasks use seed, held-out seed + 1: fresh ones use neither
 _FRESH_TASKS = 8000
+# From LEARNING.md's timings on 2 cores (70-81 s per RL step with edit feedback, about 2
+# minutes per evaluation pass of 200 tasks), --quick takes about 20 minutes once the warm
+# start is cached: 10 steps and 4 passes (greedy and sampled, before and after).
+QUICK_STEPS = 10  # RL steps of --quick: design E's 12 steps moved greedy pass@1 by 4 points
+QUICK_HELDOUT = 200  # held-out tasks of --quick: a 10-point gain's 95% interval is about +-6 points
 
 
 def continued_sft(config: RunConfig, v0: str, seconds: float, out: Path) -> Path:
@@ -78,36 +95,65 @@ def rl_wall_seconds(store, run: str) -> float:
     return (end - start).total_seconds()
 
 
-def paired_p(before: dict, after: dict) -> float:
+def paired_outcomes(before: dict, after: dict) -> tuple[list[bool], list[bool]]:
+    """Greedy resolved before and after, one pair per evaluated task: the tasks neither
+    solved are in no `solved` list, so they are added as concordant failures."""
     ids = sorted(set(before["solved"]) | set(after["solved"]))
-    return mcnemar_p([i in before["solved"] for i in ids], [i in after["solved"] for i in ids])
+    unsolved = [False] * (after["tasks"] - len(ids))
+    return [i in before["solved"] for i in ids] + unsolved, [i in after["solved"] for i in ids] + unsolved
+
+
+def paired_p(before: dict, after: dict) -> float:
+    return mcnemar_p(*paired_outcomes(before, after))
+
+
+def gain_figures(before: dict, after: dict) -> dict[str, Any]:
+    """The experiment's figures: greedy and first-attempt pass@1 before and after, the
+    gain in points with its 95% paired-bootstrap interval, McNemar's p."""
+    low, high = paired_bootstrap_interval(*paired_outcomes(before, after))
+    return {
+        "pass_at_1_before": before["pass@1"],
+        "pass_at_1_after": after["pass@1"],
+        "first_attempt_before": before["first_attempt_pass@1"],
+        "first_attempt_after": after["first_attempt_pass@1"],
+        "gain_points": round(100 * (after["pass@1"] - before["pass@1"]), 1),
+        "gain_interval_points": [round(100 * low, 1), round(100 * high, 1)],
+        "p_value": float(f"{paired_p(before, after):.3g}"),
+        "heldout_tasks": after["tasks"],
+    }
+
+
+def record_experiment(
+    root: str, name: str, settings: dict[str, Any], figures: dict[str, Any], started_at: datetime, wall_s: float
+) -> str:
+    """Append the experiment's row to the `experiments` table of the lake at `root`."""
+    row = {
+        "name": name,
+        "settings": json.dumps(settings, sort_keys=True),
+        "figures": json.dumps(figures, sort_keys=True),
+        "code_version": code_version(),
+        "started_at": started_at,
+        "wall_s": round(wall_s, 1),
+    }
+    return tables.append_experiment(open_store(root), row)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed", type=int, default=0, help="tasks.seed and rl.seed of the run")
-    parser.add_argument(
-        "--root",
-        help="working folder (default: a new temporary one); a finished RL run already "
-        "there is reused as arm (a), timed from its lake",
-    )
-    parser.add_argument(
-        "--run-args",
-        nargs=argparse.REMAINDER,
-        default=[],
-        help="overrides for the RL run, as for `tandem run` (e.g. --rl.steps 40)",
-    )
-    args = parser.parse_args()
+    args = parse_args()
+    started_at, start = datetime.now(UTC), time.monotonic()
     root = Path(args.root or tempfile.mkdtemp(prefix="bench-learning-"))
+    mode = "quick" if args.quick else "full"
+    quick = ["--eval.tasks", str(QUICK_HELDOUT), "--rl.steps", str(QUICK_STEPS)] if args.quick else []
     overrides = [
         "--run",
-        f"learning-rl-{args.seed}",
+        f"learning-{'quick' if args.quick else 'rl'}-{args.seed}",
         "--storage.root",
         str(root / "lake"),
         "--tasks.seed",
         str(args.seed),
         "--rl.seed",
         str(args.seed),
+        *quick,  # before the user's overrides, which win
         *args.run_args,
     ]
     config = load_config(RunConfig, None, overrides)
@@ -119,31 +165,89 @@ def main() -> None:
             for name in ("before", "after")
         }
         rl_seconds = rl_wall_seconds(store, config.run)
-        v0 = checkpoints.get(store, config.run, 0).uri
-        start = time.monotonic()
-        sft_dir = continued_sft(config, v0, rl_seconds, root / "sft-continued")
-        sft_seconds = time.monotonic() - start
-        sft_run = config.model_copy(update={"run": f"learning-sft-{args.seed}"})
-        checkpoints.publish(store, sft_run.run, 0, -1, str(sft_dir))
-        sft_eval = asyncio.run(evaluate(sft_run, str(work_dir(config) / "corpus")))
+        sft_arm = None if args.quick else continued_sft_arm(config, store, rl_seconds, root, args.seed)
     before, after = evals["before"], evals["after"]
+    figures = gain_figures(before, after)
     result = {
         "bench": "learning",
-        "rl_gain_points": round(100 * (after["pass@1"] - before["pass@1"]), 1),
-        "sft_gain_points": round(100 * (sft_eval["pass@1"] - before["pass@1"]), 1),
-        "p_value": float(f"{paired_p(before, after):.3g}"),
-        "p_value_sft": float(f"{paired_p(before, sft_eval):.3g}"),
+        "mode": mode,
+        "rl_gain_points": figures["gain_points"],
+        "rl_gain_interval": figures["gain_interval_points"],
+        "p_value": figures["p_value"],
         "heldout_tasks": after["tasks"],
         "pass_at_1_warm_start": before["pass@1"],
         "pass_at_1_rl": after["pass@1"],
-        "pass_at_1_sft": sft_eval["pass@1"],
+        "first_attempt_warm_start": before["first_attempt_pass@1"],
         "first_attempt_rl": after["first_attempt_pass@1"],
-        "first_attempt_sft": sft_eval["first_attempt_pass@1"],
         "rl_train_s": round(rl_seconds, 1),
-        "sft_train_s": round(sft_seconds, 1),
         "seed": args.seed,
     }
+    if sft_arm is not None:
+        sft_eval = sft_arm["eval"]
+        result.update(
+            sft_gain_points=round(100 * (sft_eval["pass@1"] - before["pass@1"]), 1),
+            p_value_sft=float(f"{paired_p(before, sft_eval):.3g}"),
+            pass_at_1_sft=sft_eval["pass@1"],
+            first_attempt_sft=sft_eval["first_attempt_pass@1"],
+            sft_train_s=round(sft_arm["seconds"], 1),
+        )
+        figures.update(pass_at_1_sft=sft_eval["pass@1"], sft_gain_points=result["sft_gain_points"])
+    settings = {
+        "mode": mode,
+        "seed": args.seed,
+        "run_args": args.run_args,
+        "lake": str(root / "lake"),
+        "runs": [config.run] + ([sft_arm["run"]] if sft_arm else []),
+        "config": json.loads(config.model_dump_json()),
+    }
+    wall_s = time.monotonic() - start
+    record_experiment(args.experiments, args.name or f"learning-{mode}", settings, figures, started_at, wall_s)
+    print(
+        f"[learning] greedy pass@1 {before['pass@1']:.3f} -> {after['pass@1']:.3f} on {after['tasks']} tasks: "
+        f"gain {figures['gain_points']:+.1f} points, 95% interval {figures['gain_interval_points']}, "
+        f"McNemar p {figures['p_value']}; row appended to {args.experiments}/experiments"
+    )
     print(json.dumps(result))
+
+
+def continued_sft_arm(config: RunConfig, store, rl_seconds: float, root: Path, seed: int) -> dict[str, Any]:
+    """Arm (b): continued SFT from version 0 for the RL loop's wall time, then evaluated."""
+    v0 = checkpoints.get(store, config.run, 0).uri
+    start = time.monotonic()
+    sft_dir = continued_sft(config, v0, rl_seconds, root / "sft-continued")
+    seconds = time.monotonic() - start
+    sft_run = config.model_copy(update={"run": f"learning-sft-{seed}"})
+    checkpoints.publish(store, sft_run.run, 0, -1, str(sft_dir))
+    result = asyncio.run(evaluate(sft_run, str(work_dir(config) / "corpus")))
+    return {"eval": result, "seconds": seconds, "run": sft_run.run}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=0, help="tasks.seed and rl.seed of the run")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"RL arm only: {QUICK_HELDOUT} held-out tasks, {QUICK_STEPS} RL steps, the cached warm start",
+    )
+    parser.add_argument("--name", help="the experiment's name in the experiments table (default: learning-<mode>)")
+    parser.add_argument(
+        "--experiments",
+        default=os.environ.get("TANDEM_ROOT", "runs"),
+        help="lake root whose experiments table gets this run's row (default: $TANDEM_ROOT, else ./runs)",
+    )
+    parser.add_argument(
+        "--root",
+        help="working folder (default: a new temporary one); a finished RL run already "
+        "there is reused as arm (a), timed from its lake",
+    )
+    parser.add_argument(
+        "--run-args",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help="overrides for the RL run, as for `tandem run` (e.g. --rl.steps 40)",
+    )
+    return parser.parse_args()
 
 
 if __name__ == "__main__":

@@ -68,7 +68,11 @@ def _root(
 @app.command("query")
 def query_command(
     sql: Annotated[
-        str, typer.Argument(help="SQL over the views rollouts, steps, tasks, checkpoints, runs and rescores.")
+        str,
+        typer.Argument(
+            help="SQL over the views rollouts, steps, tasks, checkpoints, runs, rescores, advantages, evaluations "
+            "and experiments (the lake's, with or without --run)."
+        ),
     ],
     run: Annotated[str | None, typer.Option("--run", help="Only this run (default: every run under the root).")] = None,
     root: Annotated[

@@ -1,5 +1,6 @@
 """The `evaluate` flow: pass@1 (greedy) and pass@k of a run's newest weights on
-the held-out tasks, stored beside the run and shown as an artifact."""
+the held-out tasks, stored beside the run (its episodes as evaluation `evaluate` of the
+run's `evaluations` table) and shown as an artifact."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ async def evaluate(config: RunConfig = RunConfig(), corpus_dir: str | None = Non
     corpus = corpus_dir or config.tasks.corpus_path or str(work_dir(config) / "corpus")
     heldout = [t for t in load_corpus(corpus) if t.split == "heldout"][: config.eval.tasks]
     async with open_rollout_lane(config, store, [], heldout) as lane:
-        result = await evaluate_policy(lane, config.eval.samples)
+        result = await evaluate_policy(lane, config.eval.samples, "evaluate")
     write_bytes_atomic(store, f"{config.run}/evals/version={result['version']}.json", json.dumps(result).encode())
     shown = {k: v for k, v in result.items() if k != "solved"}  # the solved task ids stay in the stored JSON
     await acreate_table_artifact(

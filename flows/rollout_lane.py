@@ -105,7 +105,7 @@ async def _evaluation(lane: RolloutLane, config: RunConfig, name: str) -> dict:
     store, path = lane.store, f"{config.run}/evals/{name}.json"
     if store.fs.exists(store.path(path)):
         return json.loads(store.fs.cat_file(store.path(path)))
-    result = await evaluate_policy(lane, config.eval.samples)
+    result = await evaluate_policy(lane, config.eval.samples, name)
     write_bytes_atomic(store, path, json.dumps(result).encode())
     shown = {k: v for k, v in result.items() if k != "solved"}  # the solved task ids are for paired tests
     say(f"[eval] {name}: " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))

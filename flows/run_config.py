@@ -192,6 +192,12 @@ class RunSFTConfig(SFTConfig):
         "the default run: the tiny warm start copies old lines inexactly (0.5 applied edits per episode), and RL "
         "lowered that further (0.2), so replace is not the default.",
     )
+    cache: bool = Field(
+        True,
+        description="Reuse a warm start made of the same inputs (tasks, demonstration and SFT settings, model shape, "
+        "the code that makes it), cached under $TANDEM_CACHE or ~/.cache/tandem-rl/warm-starts/<key> "
+        "(engines/trainer/warm_start_cache.py); false trains a fresh one and caches nothing.",
+    )
 
 
 class RunEnvConfig(EnvConfig):

@@ -3,7 +3,10 @@
 With `model.path` set, those weights are version 0 as they are. Otherwise a tiny
 Qwen3-MoE is created (tokenizer trained on the demonstrations) and fine-tuned on
 the oracle episodes of the training tasks, so RL starts from a policy that
-sometimes succeeds. Idempotent: a run that already has version 0 reuses it.
+sometimes succeeds. That warm start is cached by a hash of everything that makes it
+(engines/trainer/warm_start_cache.py): a run whose inputs were seen before copies it
+instead of training (`trainer.sft.cache = false` always trains). Idempotent: a run
+that already has version 0 reuses it.
 """
 
 from __future__ import annotations
@@ -11,13 +14,21 @@ from __future__ import annotations
 from prefect import flow
 from prefect.utilities.annotations import quote
 
-from engines.env.corpus import load_corpus
+from engines.env.corpus import corpus_id, load_corpus
+from engines.env.types import Task
+from engines.trainer.warm_start_cache import (
+    SFT_TRAINER_FIELDS,
+    cached,
+    code_digest,
+    warm_start_inputs,
+    warm_start_key,
+)
 from flows.run_config import RunConfig
 from flows.runtime import work_dir
 from storage import checkpoints
 from storage.errors import NotFoundError
-from storage.fs import open_store
-from tasks.training import create_model, demonstrations, fine_tune, initial_dir, publish, resolve_model
+from storage.fs import Store, open_store
+from tasks.training import copy_warm_start, create_model, demonstrations, fine_tune, initial_dir, publish, resolve_model
 
 
 @flow(name="sft", log_prints=True)
@@ -31,11 +42,40 @@ def warm_start(config: RunConfig, corpus_dir: str) -> str:
     if config.model.path:
         return publish(store, config.run, 0, -1, resolve_model(config.model.path))
     train = [t for t in load_corpus(corpus_dir) if t.split == "train"]
+    uri = checkpoints.weights_uri(store, config.run, 0)
+    if config.trainer.sft.cache:
+        inputs = cache_inputs(config, train)
+        local = cached(warm_start_key(inputs), lambda out: build(config, train, str(out)), inputs=inputs)
+        copy_warm_start(local, store, uri)
+    else:
+        build(config, train, uri, store)
+    return publish(store, config.run, 0, -1, uri)
+
+
+def build(config: RunConfig, train: list[Task], out: str, store: Store | None = None) -> str:
+    """Demonstrations of `train`, a fresh tiny model, SFT on them, exported to `out`
+    (a path inside `store` when given, else a local folder)."""
     sft = config.trainer.sft
     demos = demonstrations(
         quote(train), config.env.edit_attempts, sft.failed_attempt_share, config.tasks.seed, sft.edit_tool
     )
     init = create_model(initial_dir(work_dir(config)), quote(demos), config.model.tiny)
-    uri = checkpoints.weights_uri(store, config.run, 0)
-    fine_tune(init, quote(demos), uri, config.trainer, store)
-    return publish(store, config.run, 0, -1, uri)
+    return fine_tune(init, quote(demos), out, config.trainer, store)
+
+
+def cache_inputs(config: RunConfig, train: list[Task]) -> dict:
+    """What the run's warm start is made of (engines/trainer/warm_start_cache.py)."""
+    sft = config.trainer.sft
+    kind = "feedback" if config.env.edit_attempts else "oracle"
+    demos = {
+        "kind": kind,
+        "edit_attempts": config.env.edit_attempts,
+        "failed_attempt_share": sft.failed_attempt_share,
+        "edit_tool": sft.edit_tool,
+        "seed": config.tasks.seed,
+    }
+    # The switch itself and how often progress is printed change no weight.
+    sft_settings = sft.model_dump(mode="json", exclude={"cache", "log_every"})
+    trainer = config.trainer.model_dump(mode="json", include=set(SFT_TRAINER_FIELDS))
+    model = config.model.tiny.model_dump(mode="json")
+    return warm_start_inputs(corpus_id(train), demos, sft_settings, trainer, model, code_digest())

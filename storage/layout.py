@@ -8,6 +8,11 @@
     <root>/<run>/runs/start-<n>.parquet              one row per start: config, code version, corpus, source
     <root>/<run>/rescores/step=<n>/scores.parquet    a replay's re-grades of a source run's episodes
     <root>/<run>/advantages/step=<n>/trained.parquet the advantages the trainer used, one row per episode
+    <root>/<run>/evaluations/version=<v>/<name>.parquet   one row per episode of a held-out evaluation
+    <root>/_experiments/<started>-<name>-<id>.parquet     lake-level: one row per learning-lab experiment
+
+Lake-level folders start with `_`, so they are never taken for a run (storage/shards.py:
+list_runs).
 
 Partition keys (`step=`, `version=`) are in the folder names only, not in the files
 (storage/partition.py), so pandas, pyarrow, polars and DuckDB open a table's folder
@@ -67,6 +72,18 @@ def advantages_file(run: str, step: int) -> str:
     return f"{check_name('run', run)}/advantages/step={int(step)}/trained.parquet"
 
 
+def evaluations_file(run: str, version: int, name: str) -> str:
+    return f"{check_name('run', run)}/evaluations/version={int(version)}/{check_name('evaluation', name)}.parquet"
+
+
+EXPERIMENTS_DIR = "_experiments"
+
+
+def experiment_file(stamp: str, name: str, unique: str) -> str:
+    """One file per experiment: rows are only appended, by writers that never coordinate."""
+    return f"{EXPERIMENTS_DIR}/{check_name('experiment', f'{stamp}-{name}-{unique}')}.parquet"
+
+
 def weights_dir(run: str, version: int) -> str:
     return f"{check_name('run', run)}/weights/v{int(version)}"
 
@@ -81,6 +98,12 @@ GLOBS = {
     "runs": "{run}/runs/start-*.parquet",
     "rescores": "{run}/rescores/step=*/scores.parquet",
     "advantages": "{run}/advantages/step=*/trained.parquet",
+    "evaluations": "{run}/evaluations/version=*/*.parquet",
+}
+
+# Tables of the whole lake, not of a run (globs relative to the root).
+LAKE_GLOBS = {
+    "experiments": EXPERIMENTS_DIR + "/*.parquet",
 }
 
 STEP_RE = re.compile(r"/step=(\d+)(?:/|$)")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from storage.errors import CorruptFileError
 from storage.fs import Store
-from storage.layout import GLOBS
+from storage.layout import GLOBS, LAKE_GLOBS
 from storage.parquet_io import read_footer_version, read_table, write_table
 from storage.schema import SCHEMA_VERSION
 from storage.shards import list_runs, require_run
@@ -29,15 +29,18 @@ class MigrationReport:
 
 
 def migrate(store: Store, run: str | None = None) -> MigrationReport:
-    """Bring every table file of `run` (default: every run) to SCHEMA_VERSION."""
+    """Bring every table file of `run` (default: every run, and the lake-level tables)
+    to SCHEMA_VERSION."""
     if run is not None:
         require_run(store, run)
     report = MigrationReport()
-    for r in [run] if run else list_runs(store):
-        for kind, glob in GLOBS.items():
-            pattern = store.path(glob.format(run=r))
-            for path in sorted(store.call("list files", lambda: store.fs.glob(pattern))):
-                _migrate_file(store, path, kind, report)
+    globs = [(kind, glob.format(run=r)) for r in ([run] if run else list_runs(store)) for kind, glob in GLOBS.items()]
+    if run is None:
+        globs += list(LAKE_GLOBS.items())
+    for kind, glob in globs:
+        pattern = store.path(glob)
+        for path in sorted(store.call("list files", lambda: store.fs.glob(pattern))):
+            _migrate_file(store, path, kind, report)
     return report
 
 

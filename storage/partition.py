@@ -23,6 +23,7 @@ PARTITION_KEYS: dict[str, str] = {
     "checkpoints": "version",
     "rescores": "step",
     "advantages": "step",
+    "evaluations": "version",
 }
 
 

@@ -5,7 +5,8 @@
 
 Views are built over an explicit list of complete files whose footers were
 checked, so a corrupt file is reported by name (in `skipped`) and every other
-file stays queryable. S3 goes through s3fs registered as a DuckDB filesystem:
+file stays queryable. Lake-level tables (`experiments`) are in every connection, with or
+without a run. S3 goes through s3fs registered as a DuckDB filesystem:
 the httpfs extension is never needed nor downloaded.
 
 Partition keys come from the folder names (hive partitioning, typed BIGINT); in
@@ -26,7 +27,7 @@ import pyarrow as pa
 
 from storage.errors import CorruptFileError, SchemaVersionError
 from storage.fs import Store
-from storage.layout import GLOBS
+from storage.layout import GLOBS, LAKE_GLOBS
 from storage.parquet_io import read_footer_version
 from storage.partition import PARTITION_KEYS
 from storage.schema import SCHEMA_VERSION, SCHEMAS, VERSION_KEY, check_version
@@ -47,7 +48,8 @@ class LakeConnection:
 
 
 def connect(store: Store, run: str | None = None) -> LakeConnection:
-    """Views `rollouts`, `steps`, `tasks`, `checkpoints`, `runs`, `rescores` over one run or all runs."""
+    """Views of every run table (`rollouts`, `steps`, `tasks`, `checkpoints`, `runs`, `rescores`,
+    `advantages`, `evaluations`) over one run or all runs, and of the lake's `experiments`."""
     if run is not None:
         require_run(store, run)
     con = duckdb.connect()
@@ -70,14 +72,19 @@ def connect(store: Store, run: str | None = None) -> LakeConnection:
 
 
 def _table_files(store: Store, run: str | None) -> dict[str, list[str]]:
-    """Each table's files (paths), from one listing of the run, or of every run."""
+    """Each table's files (paths), from one listing of the run, or of every run (which
+    holds the lake-level tables too; with a run they take a second listing)."""
     found = store.call("list files", lambda: store.fs.find(store.path(run or "")))
+    if run is not None:
+        lake_dirs = {glob.split("/", 1)[0] for glob in LAKE_GLOBS.values()}
+        for folder in sorted(lake_dirs):
+            found = [*found, *store.call("list files", lambda f=folder: store.fs.find(store.path(f)))]
     relative = [(f, f[len(store.root) :]) for f in sorted(found)]
+    globs = {**{kind: glob.format(run=run or "*") for kind, glob in GLOBS.items()}, **LAKE_GLOBS}
     tables = {}
-    for kind, glob in GLOBS.items():
-        # GLOBS' `*` stands for one path segment.
-        parts = glob.format(run=run or "*").split("*")
-        pattern = re.compile("/" + "[^/]+".join(map(re.escape, parts)))
+    for kind, glob in globs.items():
+        # A glob's `*` stands for one path segment.
+        pattern = re.compile("/" + "[^/]+".join(map(re.escape, glob.split("*"))))
         tables[kind] = [f for f, rel in relative if pattern.fullmatch(rel)]
     return tables
 

@@ -13,7 +13,9 @@ import pyarrow as pa
 from storage.errors import SchemaVersionError
 
 # 1: first release. 2: hive partition keys only in folder names (storage/partition.py);
-# rollouts gain `patch`; new tables `runs` and `rescores`.
+# rollouts gain `patch`; new tables `runs` and `rescores`. A new table needs no new
+# version (`advantages`, `evaluations`, `experiments` came later): older readers never
+# list its folder, and no file they read changes.
 SCHEMA_VERSION = 2
 TABLE_KEY = b"tandem.table"
 VERSION_KEY = b"tandem.schema_version"
@@ -201,6 +203,47 @@ ADVANTAGES = _schema(
     ],
 )
 
+EVALUATIONS = _schema(
+    "evaluations",
+    [
+        _f("run_id", pa.string(), "run whose weights were evaluated", nullable=False),
+        _f("version", pa.int64(), "weight version evaluated", nullable=False),
+        _f("evaluation", pa.string(), "which evaluation of the run: before | after (the rl flow), evaluate (the flow)"),
+        _f("pass", pa.string(), "greedy (temperature 0, pass@1) | sampled (rollout temperature, pass@k)"),
+        _f("task_id", pa.string(), "held-out task instance id"),
+        _f("sample_index", pa.int32(), "index of the sample of the task (always 0 for greedy)"),
+        _f("attempts", pa.int32(), "edits tested in the episode (engines/rollout/attempts.py)"),
+        _f("first_attempt_passed", pa.bool_(), "the first tested edit resolved the task"),
+        _f("repeats", pa.int32(), "attempts identical to an earlier failed attempt"),
+        _f("resolved", pa.bool_(), "every FAIL_TO_PASS and PASS_TO_PASS test passed"),
+        _f("reward", pa.float64(), "reward from the grader (NaN: infrastructure failure)"),
+        _f("patch", pa.string(), "the final patch that was graded (unified diff)"),
+        _f("num_turns", pa.int32(), "model turns in the episode"),
+        _f("finish_reason", pa.string(), "submitted | max_turns | max_tokens | timeout | error"),
+        _f("infra_failure", pa.bool_(), "the harness failed, not the model"),
+        _f("conversation", pa.string(), "the rendered conversation, for humans"),
+        _f("written_at", _TS, "when the evaluation was written (UTC)"),
+    ],
+)
+
+# Lake-level (not per run): one row per experiment of the learning lab, appended.
+EXPERIMENTS = _schema(
+    "experiments",
+    [
+        _f("name", pa.string(), "the experiment's name (the design measured)", nullable=False),
+        _f("settings", pa.string(), "JSON: the mode, the runs' lake and names, and the resolved run configuration"),
+        _f(
+            "figures",
+            pa.string(),
+            "JSON: held-out greedy and first-attempt pass@1 before and after, the gain, McNemar's p, "
+            "and the gain's 95% paired-bootstrap interval",
+        ),
+        _f("code_version", pa.string(), "git:<commit>[+dirty] of the checkout, else tandem-rl <package version>"),
+        _f("started_at", _TS, "when the experiment started (UTC)"),
+        _f("wall_s", pa.float64(), "wall seconds of the whole experiment"),
+    ],
+)
+
 SCHEMAS: dict[str, pa.Schema] = {
     "rollouts": ROLLOUTS,
     "steps": STEPS,
@@ -209,6 +252,8 @@ SCHEMAS: dict[str, pa.Schema] = {
     "runs": RUNS,
     "rescores": RESCORES,
     "advantages": ADVANTAGES,
+    "evaluations": EVALUATIONS,
+    "experiments": EXPERIMENTS,
 }
 
 

@@ -1,5 +1,6 @@
 """Prefect tasks of the warm start: create the tiny model, fine-tune it on oracle
-demonstrations, publish it as weight version 0."""
+demonstrations (or copy a cached warm start into the lake), publish it as weight
+version 0."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from engines.model.tiny import TinyModelConfig, create_tiny_model
 from engines.protocol import render_messages
 from engines.trainer.config import TrainerConfig
 from engines.trainer.sft import sft
+from engines.trainer.warm_start_cache import copy_to_store
 from storage import checkpoints
 from storage.fs import Store
 
@@ -41,11 +43,18 @@ def create_model(out_dir: str, conversations: list[list[dict[str, str]]], cfg: T
 
 @task(name="sft", cache_policy=NO_CACHE)
 def fine_tune(
-    model_dir: str, conversations: list[list[dict[str, str]]], out_uri: str, cfg: TrainerConfig, store: Store
+    model_dir: str, conversations: list[list[dict[str, str]]], out_uri: str, cfg: TrainerConfig, store: Store | None
 ) -> str:
-    """Fine-tune and export to `out_uri` on the lake `store` (local path or s3:// URL)."""
+    """Fine-tune and export to `out_uri` on the lake `store` (local path or s3:// URL;
+    without a store, a local folder)."""
     sft(model_dir, conversations, out_uri, cfg, store=store)
     return out_uri
+
+
+@task(name="copy-warm-start", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def copy_warm_start(local: Path, store: Store, uri: str) -> str:
+    """A cached warm start into the run's weights folder on the lake."""
+    return copy_to_store(local, store, uri)
 
 
 @task(name="resolve-model", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)

@@ -6,13 +6,16 @@ episode, so it has no observation and shows only as the episode being resolved.
 From the text alone (so it works on stored trajectories too) this recovers the
 number of attempts, whether the first one passed, and how often a retry repeated
 an edit that had already failed: the behaviours the evaluation reports beside
-pass@1.
+pass@1. Two evaluations of the same tasks are compared pairwise: McNemar's exact test
+(`mcnemar_p`) and a paired-bootstrap interval of the gain (`paired_bootstrap_interval`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+import numpy as np
 
 from engines.protocol import ASSISTANT, END, TOOL, parse_action
 
@@ -69,3 +72,27 @@ def mcnemar_p(before: list[bool], after: list[bool]) -> float:
 
     tail = sum(comb(n, i) for i in range(0, min(b, c) + 1)) / 2**n
     return min(1.0, 2 * tail)
+
+
+def paired_bootstrap_interval(
+    before: list[bool], after: list[bool], level: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile interval of the gain mean(after) - mean(before) (a fraction; x100 for
+    points) from resampling tasks with replacement: each task keeps its pair, so what
+    varies is which tasks were drawn, as in McNemar's test."""
+    if len(before) != len(after):
+        raise ValueError(f"paired_bootstrap_interval: {len(before)} outcomes before, {len(after)} after")
+    if not before:
+        raise ValueError("paired_bootstrap_interval: no tasks")
+    diff = np.asarray(after, np.float64) - np.asarray(before, np.float64)  # per task: -1, 0 or 1
+    rng = np.random.default_rng(seed)
+    # [resamples, tasks] indices; 10,000 x 500 int64 is 40 MB, drawn in chunks to stay small.
+    gains = np.concatenate(
+        [
+            diff[rng.integers(0, len(diff), size=(min(1000, resamples - i), len(diff)))].mean(axis=1)
+            for i in range(0, resamples, 1000)
+        ]
+    )
+    tail = (1 - level) / 2
+    low, high = np.quantile(gains, [tail, 1 - tail])
+    return float(low), float(high)

@@ -3,13 +3,14 @@ temperature), graded by the same sandboxed grader as training, under the same
 episode protocol as training. Beside the headline it reports how the greedy
 episodes used edit feedback (first-attempt pass@1, mean attempts, retries that
 repeated a failed edit) and which tasks greedy solved, so two evaluations of the
-same tasks can be compared pairwise (engines/rollout/attempts.py: mcnemar_p)."""
+same tasks can be compared pairwise (engines/rollout/attempts.py: mcnemar_p), and
+every episode of both passes as a row of the `evaluations` table (records.py)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
@@ -17,6 +18,7 @@ from engines.env.types import Task
 from engines.inference.agent import AgentLoop
 from engines.inference.types import Episode
 from engines.rollout.attempts import attempt_stats
+from engines.rollout.records import evaluation_row
 from engines.rollout.step import GradeCache, episode_requests, grade_episodes, pool_tester
 
 
@@ -34,6 +36,9 @@ class EvalResult:
     mean_attempts: float = 0.0  # greedy, edits tested per episode
     retry_repeat_rate: float = 0.0  # greedy retries that repeated an edit that had failed
     solved: tuple[str, ...] = ()  # task ids greedy solved (for paired comparisons)
+    # Rows of the `evaluations` table, greedy then sampled; not in as_dict (the JSON
+    # summary stays small, the episodes go to the lake).
+    episodes: tuple[dict, ...] = field(default=(), repr=False, compare=False)
 
     def as_dict(self) -> dict[str, float | int | str | list[str]]:
         # pass@k only for k > 1: with one sample it is pass@1_sampled, and under the key
@@ -89,6 +94,9 @@ async def evaluate(
         solved_any[e.task_id] = solved_any.get(e.task_id, False) or g.resolved
     failed = [g for g in (*g_grades, *s_grades) if g.infra_failure]
     stats = [attempt_stats(e.conversation, g.resolved) for e, g in zip(g_eps, g_grades)]
+    s_stats = [attempt_stats(e.conversation, g.resolved) for e, g in zip(s_eps, s_grades)]
+    rows = [evaluation_row("greedy", e, g, st) for e, g, st in zip(g_eps, g_grades, stats)]
+    rows += [evaluation_row("sampled", e, g, st) for e, g, st in zip(s_eps, s_grades, s_stats)]
     retries = sum(max(0, s.attempts - 1) for s in stats)
     return EvalResult(
         version=version,
@@ -103,6 +111,7 @@ async def evaluate(
         mean_attempts=sum(s.attempts for s in stats) / len(tasks),
         retry_repeat_rate=sum(s.repeats for s in stats) / retries if retries else 0.0,
         solved=tuple(e.task_id for e, g in zip(g_eps, g_grades) if g.resolved),
+        episodes=tuple(rows),
     )
 
 

@@ -30,9 +30,10 @@ from engines.inference.server_pool import ServerPool
 from engines.inference.weight_cache import WeightCache
 from engines.rollout.evaluate import evaluate
 from engines.rollout.metrics import episode_metrics
+from engines.rollout.records import evaluations_table
 from engines.rollout.step import GradeCache, StepResult, run_step, sample_step_tasks
 from engines.staleness import version_to_use
-from storage import checkpoints, shards
+from storage import checkpoints, shards, tables
 from storage.fs import Store
 from storage.retention import apply_retention
 
@@ -176,10 +177,15 @@ class RolloutLane:
         in_use = {self.served, self.started_from}
         return apply_retention(self.store, self.run, keep_last, milestone_every, in_use)
 
-    async def evaluate(self, k: int, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-        """pass@1 (greedy) and pass@k of the served policy on the held-out tasks;
-        `progress` gets a line at every tenth of each pass."""
+    async def evaluate(
+        self, k: int, name: str = "evaluate", progress: Callable[[str], None] | None = None
+    ) -> dict[str, Any]:
+        """pass@1 (greedy) and pass@k of the served policy on the held-out tasks, its
+        episodes written as evaluation `name` (before, after, evaluate) of the run's
+        `evaluations` table; `progress` gets a line at every tenth of each pass."""
         result = await evaluate(
             self.greedy, self.agent, self.grader, self.cache, self.env, self.heldout, k, self.served, progress
         )
+        table = evaluations_table(self.run, result.version, name, result.episodes)
+        await asyncio.to_thread(tables.write_evaluations, self.store, self.run, result.version, name, table)
         return result.as_dict()

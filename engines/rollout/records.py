@@ -1,8 +1,10 @@
-"""Episodes plus grades -> rows of the `rollouts` table (storage.schema.ROLLOUTS)."""
+"""Episodes plus grades -> rows of the `rollouts` table (storage.schema.ROLLOUTS), and
+held-out evaluation episodes -> rows of the `evaluations` table (storage.schema.EVALUATIONS)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -10,7 +12,8 @@ import pyarrow as pa
 from engines.env.grader import report_json
 from engines.env.types import GradeResult, Task
 from engines.inference.types import Episode
-from storage.schema import ROLLOUTS
+from engines.rollout.attempts import AttemptStats
+from storage.schema import EVALUATIONS, ROLLOUTS
 
 
 def _routes(ep: Episode) -> tuple[bytes | None, list[int] | None]:
@@ -64,3 +67,31 @@ def episode_row(run: str, step: int, task: Task, ep: Episode, grade: GradeResult
 
 def rollouts_table(rows: Sequence[dict]) -> pa.Table:
     return pa.Table.from_pylist(list(rows), schema=ROLLOUTS)
+
+
+def evaluation_row(pass_name: str, ep: Episode, grade: GradeResult, stats: AttemptStats) -> dict:
+    """One evaluation episode; `pass_name` is greedy or sampled. The run, the version and
+    the evaluation's name are the file's (storage.tables.write_evaluations)."""
+    infra = ep.infra_failure or grade.infra_failure
+    return {
+        "pass": pass_name,
+        "task_id": ep.task_id,
+        "sample_index": ep.sample_index,
+        "attempts": stats.attempts,
+        "first_attempt_passed": stats.first_passed,
+        "repeats": stats.repeats,
+        "resolved": grade.resolved,
+        "reward": float("nan") if infra else grade.reward,
+        "patch": ep.patch,
+        "num_turns": ep.num_turns,
+        "finish_reason": ep.finish_reason,
+        "infra_failure": infra,
+        "conversation": ep.conversation,
+    }
+
+
+def evaluations_table(run: str, version: int, name: str, rows: Sequence[dict]) -> pa.Table:
+    """The rows of one evaluation (`name`: before, after, evaluate) of `version` of `run`."""
+    now = datetime.now(UTC)
+    full = [{**r, "run_id": run, "version": version, "evaluation": name, "written_at": now} for r in rows]
+    return pa.Table.from_pylist(full, schema=EVALUATIONS)

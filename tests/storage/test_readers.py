@@ -30,6 +30,7 @@ EXPECTED = {
     "runs": (1, None, []),
     "rescores": (3, "step", [1, 1, 1]),
     "advantages": (2, "step", [1, 1]),
+    "evaluations": (2, "version", [1, 1]),
 }
 
 
@@ -53,6 +54,9 @@ def fill_every_table(root: str) -> None:
         for i in range(2)
     ]
     tables.write_advantages(store, RUN, 1, pa.Table.from_pylist(trained, schema=ADVANTAGES))
+    evaluated = [{"pass": "greedy", "task_id": f"t{i}", "resolved": bool(i)} for i in range(2)]
+    tables.write_evaluations(store, RUN, 1, "after", pa.Table.from_pylist(evaluated))
+    tables.append_experiment(store, {"name": "lab", "settings": "{}", "figures": "{}", "wall_s": 1.0})
 
 
 def read_with_every_reader(url: str, s3: bool) -> dict[str, pd.DataFrame]:
@@ -87,6 +91,8 @@ def test_every_table_opens_with_every_reader_s_defaults(where: str, tmp_path, re
                 assert key not in frame.columns, what
                 continue
             assert sorted(int(v) for v in frame[key]) == values, what
+    for reader, frame in read_with_every_reader(f"{root}/_experiments", where == "s3").items():
+        assert list(frame["name"]) == ["lab"], f"{reader} reading experiments"
 
 
 def _as_version_1(root: str) -> None:
@@ -95,7 +101,7 @@ def _as_version_1(root: str) -> None:
     for path in store.fs.glob(f"{store.root}/{RUN}/*/*=*/*.parquet"):
         table = pq.read_table(path)  # a single file: no key from the path
         kind = table.schema.metadata[b"tandem.table"].decode()
-        key = {"checkpoints": "version"}.get(kind, "step")
+        key = {"checkpoints": "version", "evaluations": "version"}.get(kind, "step")
         value = int(path.split(f"/{key}=")[1].split("/")[0])
         table = table.append_column(pa.field(key, pa.int64()), pa.array([value] * table.num_rows, pa.int64()))
         if "patch" in table.column_names:
@@ -119,7 +125,8 @@ def test_a_version_1_lake_is_read_here_and_migrated_for_everyone(tmp_path) -> No
     assert checkpoints.latest(store, RUN).version == 1 and shards.read_step(store, RUN, 1).num_rows == 3
 
     report = migrate(store)
-    assert len(report.rewritten) == 2 + 2 + 2 + 1 + 1 and report.failed == {}
+    # rollouts, steps, checkpoints, rescores, advantages, evaluations
+    assert len(report.rewritten) == 2 + 2 + 2 + 1 + 1 + 1 and report.failed == {}
     assert migrate(store).rewritten == []  # idempotent: current files are left alone
     assert sorted(pd.read_parquet(f"{root}/{RUN}/rollouts")["step"].astype(int)) == [0, 0, 0, 1, 1, 1]
     assert "patch" in pl.read_parquet(f"{root}/{RUN}/rollouts").columns
@@ -138,5 +145,5 @@ def test_tandem_lake_migrate_reports_what_it_rewrote(tmp_path) -> None:
     _as_version_1(root)
     result = CliRunner().invoke(app, ["lake", "migrate", "--root", root])
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip() == "rewrote 8 files, 2 already current, 0 unreadable"
+    assert result.stdout.strip() == "rewrote 9 files, 3 already current, 0 unreadable"
     assert len(pd.read_parquet(f"{root}/{RUN}/steps")) == 2

@@ -1,4 +1,5 @@
-"""Attempt statistics read from conversations, and the paired McNemar test."""
+"""Attempt statistics read from conversations, the paired McNemar test, and the paired
+bootstrap interval of a gain."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import pytest
 
 from engines.protocol import render_messages
-from engines.rollout.attempts import attempt_stats, mcnemar_p
+from engines.rollout.attempts import attempt_stats, mcnemar_p, paired_bootstrap_interval
 
 
 def _conversation(turns: list[tuple[str, str | None]]) -> str:
@@ -62,3 +63,30 @@ def test_mcnemar_matches_the_binomial_formula():
     assert mcnemar_p([False] * 12, [True] * 12) == pytest.approx(2 / 2**12)
     with pytest.raises(ValueError, match="pair the same tasks"):
         mcnemar_p([True], [True, False])
+
+
+def test_bootstrap_interval_of_a_gain_every_task_shares_is_that_gain():
+    assert paired_bootstrap_interval([False] * 5, [True] * 5) == (1.0, 1.0)
+    assert paired_bootstrap_interval([True, False, True], [True, False, True]) == (0.0, 0.0)
+
+
+def test_bootstrap_interval_of_two_tasks_spans_their_resample_means():
+    # Per-task gains [0, 1]: resampled means are 0, 0.5, 1 with probabilities 1/4, 1/2, 1/4,
+    # so the 2.5% and 97.5% quantiles are 0 and 1.
+    assert paired_bootstrap_interval([False, False], [False, True]) == (0.0, 1.0)
+
+
+def test_bootstrap_interval_matches_the_normal_approximation_on_many_tasks():
+    # 100 tasks: 30 gained, 10 lost, 60 unchanged. Gain 0.2; per-task variance
+    # 0.4 - 0.2^2 = 0.36, standard error 0.6 / 10 = 0.06: 0.2 +- 1.96 * 0.06.
+    before = [False] * 30 + [True] * 10 + [False] * 30 + [True] * 30
+    after = [True] * 30 + [False] * 10 + [False] * 30 + [True] * 30
+    low, high = paired_bootstrap_interval(before, after)
+    assert low == pytest.approx(0.2 - 1.96 * 0.06, abs=0.015)
+    assert high == pytest.approx(0.2 + 1.96 * 0.06, abs=0.015)
+    assert paired_bootstrap_interval(before, after) == (low, high)  # seeded: the same interval again
+
+
+def test_bootstrap_interval_needs_paired_outcomes():
+    with pytest.raises(ValueError, match="2 outcomes before, 1 after"):
+        paired_bootstrap_interval([True, False], [True])

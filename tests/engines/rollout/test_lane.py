@@ -1,6 +1,6 @@
 """The rollout lane's logic without servers or sandboxes: waiting for a fresh-enough
 policy, loading it (with retries), one step end to end into the `final` shard, the
-versions retention must keep. The servers, agent and grader are stand-ins with the
+versions retention must keep, an evaluation's episodes in the `evaluations` table. The servers, agent and grader are stand-ins with the
 same methods."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from engines.inference.types import Episode
 from engines.inference.weight_cache import WeightCache
 from engines.rollout.lane import RolloutLane, RolloutSettings
 from engines.rollout.metrics import episode_metrics
-from storage import checkpoints, shards
+from storage import checkpoints, query, shards
 from storage.fs import Store, open_store
 
 RUN = "lane"
@@ -51,7 +51,7 @@ class Agent:
     def __init__(self, servers: Servers, gold: dict[str, str]) -> None:
         self.servers, self.gold = servers, gold
 
-    async def run_episodes(self, requests) -> list[Episode]:
+    async def run_episodes(self, requests, on_done=None) -> list[Episode]:
         return [
             Episode(
                 task_id=r.task_id,
@@ -93,7 +93,7 @@ def _publish(store: Store, version: int) -> None:
 
 def _lane(tmp_path, async_level: int = 1, failures: int = 0, **settings) -> RolloutLane:
     store = open_store(str(tmp_path / "lake"))
-    tasks = generate_micro_tasks(6, seed=7)
+    tasks = generate_micro_tasks(8, seed=7)
     gold = {t.instance_id: f"gold {t.instance_id}" for t in tasks}
     servers = Servers(failures=failures)
     agent = Agent(servers, gold)
@@ -108,7 +108,8 @@ def _lane(tmp_path, async_level: int = 1, failures: int = 0, **settings) -> Roll
         settings=RolloutSettings(
             tasks_per_step=2, group_size=4, seed=3, async_level=async_level, load_retry_s=0.0, **settings
         ),
-        train_tasks=tasks,
+        train_tasks=tasks[:6],
+        heldout=tasks[6:],
         weights=WeightCache(store, tmp_path / "weights", 3),
     )
 
@@ -188,3 +189,22 @@ def test_the_final_policy_is_served_once_published(tmp_path) -> None:
         _publish(lane.store, version)
     asyncio.run(lane.serve_final(3))
     assert lane.served == 3
+
+
+def test_an_evaluation_writes_every_episode_to_the_evaluations_table(tmp_path) -> None:
+    lane = _lane(tmp_path)
+    _publish(lane.store, 0)
+    result = asyncio.run(lane.evaluate(k=3, name="before"))
+    # The stand-in agent resolves sample 0 of each task only: greedy 1.0, sampled 1/3.
+    assert (result["pass@1"], result["pass@1_sampled"], result["tasks"]) == (1.0, 1 / 3, 2)
+    assert "episodes" not in result  # the summary stays small; the episodes are in the lake
+    lake = query.connect(lane.store, RUN)
+    rows = lake.sql(
+        "SELECT pass, count(*), avg(resolved::int), min(version), min(evaluation) FROM evaluations GROUP BY pass "
+        "ORDER BY pass"
+    ).fetchall()
+    assert rows == [("greedy", 2, 1.0, 0, "before"), ("sampled", 6, 1 / 3, 0, "before")]
+    patches = lake.sql("SELECT task_id, patch FROM evaluations WHERE pass = 'greedy' ORDER BY task_id").fetchall()
+    assert patches == [
+        (t.instance_id, f"gold {t.instance_id}") for t in sorted(lane.heldout, key=lambda t: t.instance_id)
+    ]

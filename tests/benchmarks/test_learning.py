@@ -1,0 +1,55 @@
+"""The learning lab's figures (benchmarks/learning.py): outcomes paired over every
+evaluated task, the gain with its interval and McNemar's p, and the experiment's row
+appended to the lake's `experiments` table and listed by `tandem query`."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from benchmarks.learning import gain_figures, paired_outcomes, record_experiment
+from flows.cli import app
+from storage import shards
+from storage.fs import open_store
+from tests.storage.conftest import make_episodes
+
+
+def evaluation(solved: list[str], tasks: int, first: float = 0.0) -> dict:
+    return {"pass@1": len(solved) / tasks, "first_attempt_pass@1": first, "solved": solved, "tasks": tasks}
+
+
+def test_tasks_neither_evaluation_solved_are_paired_as_failures() -> None:
+    before, after = paired_outcomes(evaluation(["a", "b"], 6), evaluation(["b", "c", "d"], 6))
+    assert len(before) == len(after) == 6
+    assert sum(before) == 2 and sum(after) == 3
+    assert sum(x and not y for x, y in zip(before, after)) == 1  # a: lost
+    assert sum(y and not x for x, y in zip(before, after)) == 2  # c, d: gained
+
+
+def test_the_figures_hold_the_gain_its_interval_and_the_p_value() -> None:
+    before = evaluation([f"t{i}" for i in range(10)], 100, first=0.05)
+    after = evaluation([f"t{i}" for i in range(5, 25)], 100, first=0.12)
+    figures = gain_figures(before, after)
+    assert figures["gain_points"] == 10.0
+    low, high = figures["gain_interval_points"]
+    assert low < 10.0 < high and low > 0  # 15 gained, 5 lost of 100
+    assert figures["p_value"] < 0.05
+    assert (figures["first_attempt_before"], figures["first_attempt_after"]) == (0.05, 0.12)
+    assert figures["heldout_tasks"] == 100
+
+
+def test_each_experiment_appends_a_row_listed_with_and_without_a_run(tmp_path: Path) -> None:
+    root = str(tmp_path / "lake")
+    shards.write_shard(open_store(root), "some-run", 0, "final", make_episodes("some-run", 0, 2))
+    figures = gain_figures(evaluation(["a"], 10), evaluation(["a", "b"], 10))
+    for name in ("lr-5e-4", "lr-1e-4"):
+        record_experiment(root, name, {"mode": "quick"}, figures, datetime.now(UTC), 612.3)
+    sql = "SELECT name, settings->>'mode', figures->>'gain_points', wall_s FROM experiments ORDER BY name"
+    for extra in ([], ["--run", "some-run"]):
+        result = CliRunner().invoke(app, ["query", sql, "--root", root, "--format", "json", *extra])
+        assert result.exit_code == 0, result.output
+        rows = [list(r.values()) for r in json.loads(result.stdout)]
+        assert rows == [["lr-1e-4", "quick", "10.0", 612.3], ["lr-5e-4", "quick", "10.0", 612.3]]

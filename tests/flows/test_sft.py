@@ -1,0 +1,56 @@
+"""What the run's warm-start cache key is made of (flows/sft.py: cache_inputs): every
+setting that makes the warm start changes it; RL-only settings and the ones that change
+no weight do not, so a sweep over RL settings reuses one warm start."""
+
+from __future__ import annotations
+
+import pytest
+
+from engines.env.micro import generate_micro_tasks
+from engines.trainer.warm_start_cache import warm_start_key
+from flows.config import load_config
+from flows.run_config import RunConfig
+from flows.sft import cache_inputs
+
+TRAIN = generate_micro_tasks(6, seed=0)
+
+
+def key(*overrides: str, train=TRAIN) -> str:
+    return warm_start_key(cache_inputs(load_config(RunConfig, None, list(overrides)), train))
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        ["--tasks.seed", "1"],
+        ["--env.edit_attempts", "0"],
+        ["--trainer.sft.max_steps", "400"],
+        ["--trainer.sft.failed_attempt_share", "0.25"],
+        ["--trainer.sft.edit_tool", "replace"],
+        ["--trainer.seed", "3"],
+        ["--trainer.seq_len", "256"],
+        ["--model.tiny.num_layers", "6"],
+    ],
+)
+def test_a_setting_that_makes_the_warm_start_changes_the_key(override: list[str]) -> None:
+    assert key(*override) != key()
+
+
+def test_other_training_tasks_change_the_key() -> None:
+    assert key(train=generate_micro_tasks(6, seed=1)) != key()
+    assert key(train=TRAIN[:5]) != key()
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        ["--trainer.lr", "1e-4"],
+        ["--rl.steps", "3"],
+        ["--eval.tasks", "200"],
+        ["--trainer.sft.log_every", "50"],
+        ["--trainer.sft.cache", "false"],
+        ["--run", "another"],
+    ],
+)
+def test_rl_settings_and_settings_that_change_no_weight_keep_the_key(override: list[str]) -> None:
+    assert key(*override) == key()
