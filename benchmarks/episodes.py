@@ -9,9 +9,9 @@ vLLM server, beside the one-shot protocol and raw vLLM, in one run.
   raw      : vLLM alone generating the feedback episodes' prompts with the same
              output lengths (eos ignored), all at once: what the server can do
 
-The model is a warm start of the run's kind (the tiny MoE after SFT on the run's
-demonstrations), built once and cached under the cache folder by a hash of what
-makes it, so later runs start in seconds; --model-dir serves another one.
+The model is the default run's warm start, taken from the warm-start cache
+(engines/trainer/warm_start_cache.py; the same key as `tandem run`, so either one
+builds it for the other) or built into it; --model-dir serves another one.
 
 Breakdown of the feedback step, from our own timers and vLLM's /metrics:
 generation (the server's prefill and decode time, prompt and generated tokens,
@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
-import os
 import re
 import statistics
 import sys
@@ -59,8 +57,9 @@ from engines.model.tiny import create_tiny_model
 from engines.protocol import render_messages
 from engines.rollout.step import GradeCache, grade_episodes, pool_tester
 from engines.trainer.sft import sft
+from engines.trainer.warm_start_cache import cached, warm_start_key
 from flows.run_config import RunConfig
-from storage.atomic_dir import atomic_dir
+from flows.sft import cache_inputs
 
 _METRICS = (
     "vllm:prompt_tokens_total",
@@ -75,34 +74,26 @@ _METRICS = (
 # ---- the warm start -----------------------------------------------------------------
 
 
-def warm_start(config: RunConfig, tasks: int, steps: int) -> Path:
-    """The tiny MoE after `steps` SFT steps on the run's demonstrations of `tasks`
-    training tasks, cached by a hash of the settings and of the modules that make it."""
-    code = b"".join(
-        (Path(__file__).resolve().parents[1] / m).read_bytes()
-        for m in (
-            "engines/env/micro.py",
-            "engines/env/micro_demos.py",
-            "engines/model/tiny.py",
-            "engines/trainer/sft.py",
-        )
-    )
-    sft_cfg = config.trainer.sft.model_copy(update={"max_steps": steps, "max_seconds": None})
-    parts = [config.model.tiny.model_dump(), sft_cfg.model_dump(), config.tasks.seed, config.env.edit_attempts, tasks]
-    key = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode() + code).hexdigest()[:16]
-    cache = Path(os.environ.get("TANDEM_CACHE", Path.home() / ".cache" / "tandem-rl")) / "warm-starts" / key
-    if (cache / "config.json").exists():
-        return cache
-    print(f"[bench] building a warm start ({steps} SFT steps; cached in {cache})", file=sys.stderr)
-    train = generate_micro_tasks(tasks, seed=config.tasks.seed)
+def warm_start(config: RunConfig) -> Path:
+    """The run's own warm start (same tasks, demonstrations, SFT and key as `tandem run`
+    with this config), from the warm-start cache or built into it."""
+    train = generate_micro_tasks(config.tasks.train_tasks, seed=config.tasks.seed)
+    inputs = cache_inputs(config, train)
+    return cached(warm_start_key(inputs), lambda out: build_warm_start(config, train, out), inputs=inputs, log=note)
+
+
+def build_warm_start(config: RunConfig, train: list[Task], out: Path) -> None:
+    sft_cfg = config.trainer.sft
     demos = feedback_demonstrations(
         train, config.env.edit_attempts, sft_cfg.failed_attempt_share, config.tasks.seed, sft_cfg.edit_tool
     )
-    trainer = config.trainer.model_copy(update={"sft": sft_cfg})
-    with tempfile.TemporaryDirectory() as tmp, atomic_dir(cache) as stage:
+    with tempfile.TemporaryDirectory() as tmp:
         init = create_tiny_model(Path(tmp) / "init", (render_messages(d) for d in demos), config.model.tiny)
-        sft(str(init), demos, str(stage), trainer, log=lambda *a: None)
-    return cache
+        sft(str(init), demos, str(out), config.trainer, log=lambda *a: None)
+
+
+def note(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 # ---- instruments --------------------------------------------------------------------
@@ -287,7 +278,10 @@ async def raw_batch(pool: ServerPool, episodes: list) -> tuple[int, float]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     config = RunConfig(run="bench-episodes")
-    model_dir = Path(args.model_dir) if args.model_dir else warm_start(config, args.sft_tasks, args.sft_steps)
+    if args.sft_steps:
+        sft_cfg = config.trainer.sft.model_copy(update={"max_steps": args.sft_steps})
+        config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"sft": sft_cfg})})
+    model_dir = Path(args.model_dir) if args.model_dir else warm_start(config)
     work = Path(tempfile.mkdtemp(prefix="bench-episodes-"))
     inference = config.inference.model_copy(update={"model_dir": str(model_dir), "log_dir": str(work / "logs")})
     tokenizer = load_tokenizer(str(model_dir))
@@ -366,10 +360,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="measured steps of each path (after one warm-up)")
     parser.add_argument("--model-dir", help="HF causal LM to serve (default: the cached warm start)")
     parser.add_argument(
-        "--sft-steps", type=int, default=300, help="SFT steps of the warm start built when none is cached"
-    )
-    parser.add_argument(
-        "--sft-tasks", type=int, default=2000, help="training tasks the warm start's demonstrations use"
+        "--sft-steps", type=int, default=0, help="SFT steps of the warm start (0: the run's trainer.sft.max_steps)"
     )
     args = parser.parse_args()
     print(json.dumps(asyncio.run(run(args))))
