@@ -67,6 +67,15 @@ class TrainerConfig(BaseModel):
     packing: bool = Field(
         True, description="Pack several episodes per row (attention kept inside each). False: one episode per row."
     )
+    logprob_chunk_tokens: int = Field(
+        1024,
+        ge=0,
+        description="Tokens per chunk of the output head: logprobs and entropy are computed from the last hidden "
+        "states this many tokens at a time, recomputed in backward, so the head's memory stays at about two "
+        "[chunk, vocab] fp32 tensors at any sequence length (engines/trainer/chunked_logprobs.py). 0: the full "
+        "[rows, seq_len, vocab] logits as one tensor. 1024 measured (benchmarks/long_context.py): no slower than "
+        "the full path, a few hundred MB at a 150k vocabulary.",
+    )
 
     # Objective
     loss_type: Literal["masked_ratio", "ppo_clip", "tis"] = Field(
