@@ -25,12 +25,16 @@ over NCCL against the same RL steps in one process:
                     packing off): losses within 1e-3 relative
   trainer_bf16      bf16 compute, fp32 master weights (FSDP2 over 2 GPUs, or DDP
                     autocast on 1): losses within 3e-2 relative of fp32
+  trainer_long      the chunked output head (trainer.logprob_chunk_tokens) on one GPU:
+                    one RL forward + backward at lengths doubling from 16k tokens until
+                    out of memory or 1M (vocabulary 151,936), the longest that fit reported
+                    beside the full-logits path's
 
 Each check prints one line (ok / FAILED / skipped, with the reason); the last line is
 one JSON object with every check's result. Not part of the test suite (no GPU here).
 
     TANDEM_VLLM_PYTHON=... python scripts/gpu_check.py --model-dir DIR [--checks reload,fp8,routes]
-    python scripts/gpu_check.py --model-dir DIR --checks trainer_fsdp2_ep,trainer_cp,trainer_bf16
+    python scripts/gpu_check.py --model-dir DIR --checks trainer_fsdp2_ep,trainer_cp,trainer_bf16,trainer_long
 """
 
 from __future__ import annotations
@@ -355,6 +359,86 @@ async def check_trainer_bf16(model_dir: Path, work: Path) -> str:
     return _compare(f"bf16 ({trainer.get('parallelism', 'ddp')})", got, ref, 3e-2)
 
 
+LONG_VOCAB, LONG_FROM, LONG_UP_TO = 151_936, 16_384, 1_048_576  # past 1M, attention time dominates
+
+
+def _long_step(model: Any, length: int, chunk: int) -> tuple[float, float]:
+    """One RL forward + backward of one `length`-token episode on the GPU, through
+    rl_step.forward_logprobs: (peak GiB allocated, seconds)."""
+    import time
+
+    import numpy as np
+
+    from engines.trainer.config import TrainerConfig
+    from engines.trainer.loss import rl_loss_sums
+    from engines.trainer.packing import Episode, make_batch
+    from engines.trainer.rl_step import Trainee, forward_logprobs, make_optimizer
+    from engines.trainer.router_replay import RouterReplay
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, LONG_VOCAB, length + 1)
+    mask = np.arange(length) >= length // 2
+    ep = Episode(ids[:-1], ids[1:], mask, np.where(mask, -12.0, 0.0).astype(np.float32), 1.0, None)
+    batch = make_batch([ep], length, packing=False).to(torch.device("cuda"))  # plain causal: flash attention
+    cfg = TrainerConfig(seq_len=max(16, length), logprob_chunk_tokens=chunk)
+    opt, sched = make_optimizer(model, cfg)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    with RouterReplay(model, replay=False) as replay:
+        trainee = Trainee(model, model, opt, sched, replay, device=torch.device("cuda"))
+        lp, _, _ = forward_logprobs(trainee, batch, cfg)
+        s = rl_loss_sums(lp, batch.inference_logprobs, batch.advantages, batch.loss_mask, cfg)
+        (s.loss / s.tokens).backward()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    model.zero_grad(set_to_none=True)
+    return torch.cuda.max_memory_allocated() / 2**30, seconds
+
+
+def _longest(model: Any, chunk: int) -> tuple[int, str]:
+    """Double the length from LONG_FROM until the GPU runs out of memory (or LONG_UP_TO):
+    the longest that fit and a line per length tried."""
+    fit, lines, length = 0, [], LONG_FROM
+    while length <= LONG_UP_TO:
+        try:
+            peak, seconds = _long_step(model, length, chunk)
+        except torch.cuda.OutOfMemoryError:
+            lines.append(f"{length}: out of memory")
+            break
+        fit = length
+        lines.append(f"{length}: {peak:.1f} GiB {seconds:.1f} s")
+        length *= 2
+    model.zero_grad(set_to_none=True)
+    torch.cuda.empty_cache()
+    return fit, "; ".join(lines)
+
+
+async def check_trainer_long(model_dir: Path, work: Path) -> str:
+    """The chunked output head at the longest episode one GPU holds: a tiny Qwen3-MoE
+    (engines/model/families.py, hidden 64) with Qwen3's 151,936-token vocabulary and
+    activation checkpointing, fp32; the full-logits path beside it for the same loop."""
+    from transformers import Qwen3MoeForCausalLM
+
+    from engines.model.families import tiny_config
+    from engines.trainer.config import TrainerConfig
+
+    _need_gpus(1)
+    config = tiny_config("qwen3_moe", vocab_size=LONG_VOCAB)
+    config.max_position_embeddings = LONG_UP_TO
+    torch.manual_seed(0)
+    model = Qwen3MoeForCausalLM(config).cuda()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    chunked, chunked_lines = _longest(model, TrainerConfig().logprob_chunk_tokens)
+    full, full_lines = _longest(model, 0)
+    if chunked < LONG_FROM or chunked <= full < LONG_UP_TO:
+        raise AssertionError(f"chunked head fit {chunked} tokens, full logits {full} [{chunked_lines}] [{full_lines}]")
+    capped = " (the loop's cap)" if chunked == LONG_UP_TO else ""
+    return (
+        f"longest episode: chunked head {chunked} tokens{capped} [{chunked_lines}], full logits {full} [{full_lines}]"
+    )
+
+
 CHECKS = {
     "reload": check_reload,
     "fp8": check_fp8,
@@ -367,6 +451,7 @@ CHECKS = {
     "trainer_fsdp2_ep": check_trainer_fsdp2_ep,
     "trainer_cp": check_trainer_cp,
     "trainer_bf16": check_trainer_bf16,
+    "trainer_long": check_trainer_long,
 }
 
 

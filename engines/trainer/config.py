@@ -67,6 +67,16 @@ class TrainerConfig(BaseModel):
     packing: bool = Field(
         True, description="Pack several episodes per row (attention kept inside each). False: one episode per row."
     )
+    logprob_chunk_tokens: int = Field(
+        1024,
+        ge=0,
+        description="Tokens per chunk of the output head: logprobs and entropy are computed from the last hidden "
+        "states this many tokens at a time, recomputed in backward, so the head's memory stays at about two "
+        "[chunk, vocab] fp32 tensors at any sequence length (engines/trainer/chunked_logprobs.py). 0: the full "
+        "[rows, seq_len, vocab] logits as one tensor, about four of them at peak. 1024: as fast as 512 to 4096 "
+        "within noise on CPU at 4k tokens, and 0.5x the full path's time at 8k (benchmarks/long_context.py); the "
+        "head's peak is then 1.2 GB at a 152k vocabulary, where the full path's is 20 GB at 8k tokens.",
+    )
 
     # Objective
     loss_type: Literal["masked_ratio", "ppo_clip", "tis"] = Field(

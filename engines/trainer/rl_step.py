@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from engines.trainer.advantages import GroupAdvantages, step_advantages, trainable_episodes
+from engines.trainer.chunked_logprobs import chunked_token_logprobs, output_weight
 from engines.trainer.config import TrainerConfig
 from engines.trainer.loss import rl_loss_sums, token_logprobs
 from engines.trainer.packing import Batch, Episode, episodes_from_table, make_batch
@@ -109,6 +110,10 @@ def use_routes(batch: Batch, cfg: TrainerConfig) -> torch.Tensor | None:
 def forward_logprobs(trainee: Trainee, batch: Batch, cfg: TrainerConfig, need_router_logits: bool = False):
     """Trainer logprobs and entropies [R, L] of `batch`'s targets, and router logits.
 
+    With `cfg.logprob_chunk_tokens` the wrapped model (so DDP and FSDP2 hooks run) is
+    asked for its last hidden states and no logits, and the output head runs in chunks
+    (chunked_logprobs.py); 0 takes the model's full logits [R, L, V].
+
     The batch's routes stay set after the forward: activation checkpointing recomputes
     each layer during backward, which must replay the same routes. The caller clears
     them (`replay.set_routes(None)`) once backward has run."""
@@ -116,14 +121,26 @@ def forward_logprobs(trainee: Trainee, batch: Batch, cfg: TrainerConfig, need_ro
     # Under context parallel the rows are shards of longer sequences: an explicit
     # all-ones mask keeps transformers from reading their positions as packed episodes.
     mask = torch.ones_like(batch.input_ids) if trainee.sequence_context is not None else None
-    out = trainee.model(
+    inputs = dict(
         input_ids=batch.input_ids,
         position_ids=batch.position_ids,
         attention_mask=mask,
         use_cache=False,
         output_router_logits=need_router_logits,
     )
-    lp, entropy = token_logprobs(out.logits, batch.targets, cfg.temperature)
+    chunk = cfg.logprob_chunk_tokens
+    if chunk:
+        # No positions kept for logits: the lm_head sees an empty [R, 0, H] slice.
+        none = torch.empty(0, dtype=torch.long, device=batch.input_ids.device)
+        out = trainee.model(**inputs, logits_to_keep=none, output_hidden_states=True)
+        # hidden_states[-1] is the final norm's output, what lm_head reads.
+        hidden = out.hidden_states[-1]
+        lp, entropy = chunked_token_logprobs(
+            hidden, output_weight(trainee.module), batch.targets, cfg.temperature, chunk
+        )
+    else:
+        out = trainee.model(**inputs)
+        lp, entropy = token_logprobs(out.logits, batch.targets, cfg.temperature)
     return lp, entropy, (out.router_logits if need_router_logits else None)
 
 
