@@ -21,10 +21,14 @@ targeted test run with and without the sandbox (bubblewrap, cgroups, rlimits vs 
 plain subprocess), interleaved on one prepared copy: (sandboxed - plain) / plain
 over the summed wall times, with a fresh sandbox per run (the cost of sandboxing
 itself); `warm_sandbox_run_s` is the same runs in a warm sandbox. `micro_grade_s`
-is the median time to grade one micro task on one worker. The last line printed is
-one JSON object.
+is the median time to grade one micro task on one worker. `test_call_ms_pytest` and
+`test_call_ms_fast` are the median milliseconds of one `test`-tool call on a micro
+task through the pool (patch filtered and applied, tests run, tree reset), with
+pytest and with the plain runner (plain_runner.py), alternating, on the buggy
+module and on its fix. The last line printed is one JSON object.
 
-    python -m benchmarks.grading [--corpus DIR] [--tasks 24] [--repeats 3]
+    python -m benchmarks.grading [--corpus DIR] [--tasks 24] [--repeats 3] [--test-calls 200]
+    python -m benchmarks.grading --test-calls-only   # only the test-call figures
 Without --corpus, a small toolz corpus is built once and cached under
 ~/.cache/tandem-rl/bench-corpus.
 """
@@ -127,12 +131,38 @@ def sandbox_overhead(
     return (boxed - plain) / plain, boxed, plain, warm_s
 
 
+def test_call_ms(config: EnvConfig, calls: int) -> tuple[float, float]:
+    """Median ms of a micro task's `test` call on one worker: by pytest, and fast."""
+    tasks = generate_micro_tasks(max(1, calls // 2), seed=3)
+    slow, fast = [], []
+    with GradingPool(config, workers=1) as pool:
+        pool.grade_one(tasks[0], "")  # the warm sandbox up, as in a run
+        for task in tasks:
+            for patch in (task.patch, ""):
+                slow.append(pool.grade_one(task, patch).grading_s)
+                result = pool.grade_one(task, patch, fast=True)
+                assert result.runner == "plain", "a micro task's test call did not take the plain runner"
+                fast.append(result.grading_s)
+    return statistics.median(slow) * 1000, statistics.median(fast) * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", help="corpus directory (default: a cached toolz corpus)")
     parser.add_argument("--tasks", type=int, default=24, help="real-project tasks (2 episodes each)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of each run for the overhead")
+    parser.add_argument("--test-calls", type=int, default=200, help="micro `test` calls timed per path")
+    parser.add_argument("--test-calls-only", action="store_true", help="time the test calls only (no corpus)")
     args = parser.parse_args()
+
+    if args.test_calls_only:
+        scratch = Path(tempfile.mkdtemp(prefix="bench-grading-"))
+        try:
+            slow_ms, fast_ms = test_call_ms(EnvConfig(scratch_dir=str(scratch)), args.test_calls)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        print(json.dumps(_test_calls(args.test_calls, slow_ms, fast_ms)))
+        return
 
     tasks = bench_corpus(args.corpus, args.tasks)
     episodes = [(t, t.patch) for t in tasks] + [(t, "") for t in tasks]
@@ -157,6 +187,7 @@ def main() -> None:
         with GradingPool(config, workers=1) as pool:
             pool.grade_one(micro[0], micro[0].patch)
             micro_s = statistics.median(pool.grade_one(t, p).grading_s for t in micro for p in (t.patch, ""))
+        slow_ms, fast_ms = test_call_ms(config, args.test_calls)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -180,8 +211,18 @@ def main() -> None:
         "warm_sandbox_run_s": round(warm_s, 3),
         "sandbox_overhead": round(overhead, 4),
         "micro_grade_s": round(micro_s, 3),
+        **_test_calls(args.test_calls, slow_ms, fast_ms),
     }
     print(json.dumps(result))
+
+
+def _test_calls(calls: int, slow_ms: float, fast_ms: float) -> dict:
+    return {
+        "test_calls": calls,
+        "test_call_ms_pytest": round(slow_ms, 1),
+        "test_call_ms_fast": round(fast_ms, 1),
+        "test_call_speedup": round(slow_ms / fast_ms, 2),
+    }
 
 
 if __name__ == "__main__":

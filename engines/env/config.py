@@ -78,6 +78,12 @@ class EnvConfig(BaseModel):
         description="Grade `python -m pytest` commands in a sandbox that stays up per repository copy, with pytest "
         "imported once and a fresh fork per run (warm_pytest.py): 5-10x faster targeted runs, same isolation.",
     )
+    fast_test_runner: bool = Field(
+        True,
+        description="The `test` tool and edit-feedback attempts call plain `def test_*` functions (every micro task) "
+        "directly in the warm sandbox instead of through pytest (plain_runner.py): the same statuses, 12 ms a call "
+        "instead of 43. Final grades always run pytest. Needs warm_pytest and the bwrap backend; other tasks run pytest.",
+    )
     partial_credit: bool = Field(
         False,
         description="Reward = fraction of FAIL_TO_PASS passing when every PASS_TO_PASS passes; default is binary 'resolved'.",

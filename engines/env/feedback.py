@@ -10,7 +10,8 @@ A failing attempt is rolled back, so the file the model sees and the line number
 in the prompt stay true; the episode ends when the tests pass or after N failing
 attempts. This is the behaviour one-shot demonstrations cannot show and RL can
 teach: after a failure, try a different plausible edit. Bounded by N, an episode
-costs at most N test runs (about 40 ms each for a micro task in a warm sandbox).
+costs at most N test runs (about 12 ms each for a micro task in a warm sandbox,
+where its plain test functions run without pytest).
 
 This module owns the observation text, so the session (engines/env/session.py)
 and the demonstrations (engines/env/micro_demos.py) render it identically.

@@ -12,6 +12,11 @@ infra, which training leaves out of group statistics):
   5. only the FAIL_TO_PASS and PASS_TO_PASS tests run, in the sandbox (a warm one
      per copy for pytest commands, warm_pytest.py);
   6. the framed log is parsed and decided with SWE-bench's rules (report.py).
+With `fast` (the `test` tool and edit feedback, when `fast_test_runner` is on), a
+task whose tests are plain functions runs them in the same warm sandbox without
+pytest (plain_runner.py) and is decided by the same rules on the status map that
+runner reports; where it cannot decide, pytest runs as above. A final grade is
+never fast.
 A timeout of the tests is a model failure (the patch made them hang); a sandbox
 that cannot start, or a task whose test patch does not apply, is infra.
 
@@ -32,11 +37,13 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Literal
 
 from engines.env.config import EnvConfig
 from engines.env.errors import EnvError, TaskError
 from engines.env.patches import filter_patch, is_allowed
-from engines.env.report import evaluate, frame_log
+from engines.env.plain_runner import PlainRun, runs_plain
+from engines.env.report import TestReport, evaluate, evaluate_statuses, frame_log
 from engines.env.sandbox import BwrapRunner, Runner, RunResult, check_caps, make_runner
 from engines.env.types import GradeResult, Task
 from engines.env.warm_pytest import WarmPytest, pytest_args
@@ -104,6 +111,26 @@ class _Slot:
             self.warm[key] = WarmPytest(config, runner, ws.root)
         return self.warm[key].run(args)
 
+    def plain_ready(self, task: Task, changed: Sequence[str], config: EnvConfig) -> bool:
+        """Whether the plain runner may test `task` with these paths changed (in a bwrap
+        sandbox): it is on, warm sandboxes are, the tests qualify, the diff only edits base files."""
+        return (
+            config.fast_test_runner
+            and config.warm_pytest
+            and runs_plain(task)
+            and all(p in base_files(task) for p in changed)
+        )
+
+    def run_plain(self, task: Task, ws: Workspace, config: EnvConfig, runner: BwrapRunner) -> PlainRun:
+        """The task's targeted tests in `ws`'s warm sandbox, called without pytest."""
+        key = _copy_key(task)
+        if key not in self.warm:
+            self.warm[key] = WarmPytest(config, runner, ws.root)
+        args = pytest_args(targeted_command(task))
+        assert args is not None  # runs_plain: the micro test command
+        tests = list(dict.fromkeys((*task.FAIL_TO_PASS, *task.PASS_TO_PASS)))
+        return self.warm[key].run_plain(args, tests)
+
     def close(self) -> None:
         for key in list(self.copies):
             self._evict(key)
@@ -134,16 +161,18 @@ class GradingPool:
             self._slots.put(_Slot(self._dir / f"w{i}"))
         self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="grader")
 
-    def grade_many(self, items: Sequence[tuple[Task, str]]) -> list[GradeResult]:
-        """Grade every pair; results in input order. Never raises for bad tasks or patches."""
-        return list(self._executor.map(lambda item: self.grade_one(*item), items))
+    def grade_many(self, items: Sequence[tuple[Task, str]], fast: bool = False) -> list[GradeResult]:
+        """Grade every pair; results in input order. Never raises for bad tasks or patches.
+        `fast`: test plain-function tests without pytest where they qualify (the `test`
+        tool; such a result says runner="plain" and is no final grade)."""
+        return list(self._executor.map(lambda item: self.grade_one(*item, fast=fast), items))
 
-    def grade_one(self, task: Task, patch: str) -> GradeResult:
+    def grade_one(self, task: Task, patch: str, fast: bool = False) -> GradeResult:
         slot = self._slots.get()
         start = time.monotonic()
         try:
             slot.root.mkdir(parents=True, exist_ok=True)
-            return _grade(task, patch, self.config, self.runner, slot, start)
+            return _grade(task, patch, self.config, self.runner, slot, start, fast)
         except (EnvError, ValueError, OSError) as exc:
             return _result(task, start, infra=f"task {task.instance_id}: {exc}")
         finally:
@@ -162,7 +191,9 @@ class GradingPool:
         self.close()
 
 
-def _grade(task: Task, patch: str, config: EnvConfig, runner: Runner, slot: _Slot, start: float) -> GradeResult:
+def _grade(
+    task: Task, patch: str, config: EnvConfig, runner: Runner, slot: _Slot, start: float, fast: bool = False
+) -> GradeResult:
     if not isinstance(patch, str):
         return _result(task, start, notes=f"patch must be text, got {type(patch).__name__}", applied=False)
     if len(patch.encode("utf-8", "surrogateescape")) > config.max_patch_bytes:
@@ -178,24 +209,52 @@ def _grade(task: Task, patch: str, config: EnvConfig, runner: Runner, slot: _Slo
     if error:
         return _result(task, start, notes=f"patch does not apply: {error}", applied=False)
     # What the applied patch really touched, read from the tree: the last word on the allowlist.
-    if refused := [
-        p for p in ws.changed_paths() if not is_allowed(p, protected_files(task)) or (ws.root / p).is_symlink()
-    ]:
+    changed = ws.changed_paths()
+    if refused := [p for p in changed if not is_allowed(p, protected_files(task)) or (ws.root / p).is_symlink()]:
         ws.reset()
         return _result(
             task, start, notes=f"patch touched protected paths: {', '.join(refused[:10])}; not graded", applied=False
         )
     if task.test_patch and (error := ws.apply(task.test_patch)):
         raise TaskError(f"test_patch does not apply on the base ({error}); fix the task")
+    if fast and isinstance(runner, BwrapRunner) and slot.plain_ready(task, changed, config):
+        plain = slot.run_plain(task, ws, config, runner)
+        ws.reset()  # leave nothing behind: for the next grade, or for pytest below
+        if plain.status is not None or plain.run.timed_out or not plain.run.started:
+            rep = None
+            if plain.status is not None:
+                rep = evaluate_statuses(plain.status, plain.exit_code, task.FAIL_TO_PASS, task.PASS_TO_PASS)
+            return _decided(task, plain.run, rep, dropped, config, start, "plain")
+        # The plain runner left the decision to pytest: the same tree again, from the base.
+        if error := ws.apply(filtered.text):
+            raise EnvError(f"the patch applied once but not again after the plain run: {error}")
     run = slot.run_tests(task, ws, config, runner)
     ws.reset()  # leave nothing behind for the next grade on this copy
+    rep = None
+    if run.started and not run.timed_out:
+        rep = evaluate(frame_log(run.output, run.exit_code), task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS)
+    return _decided(task, run, rep, dropped, config, start, "pytest")
+
+
+def _decided(
+    task: Task,
+    run: RunResult,
+    rep: TestReport | None,
+    dropped: str,
+    config: EnvConfig,
+    start: float,
+    runner: Literal["pytest", "plain"],
+) -> GradeResult:
+    """The grade of a finished run (`rep`: its decision; None when it did not finish)."""
     if not run.started:
-        return _result(task, start, infra=run.infra_message)
-    if run.timed_out:
+        return _result(task, start, infra=run.infra_message, runner=runner)
+    if run.timed_out or rep is None:
         return _result(
-            task, start, notes=f"tests timed out after {config.limits.wall_timeout_s}s; {dropped}".strip("; ")
+            task,
+            start,
+            notes=f"tests timed out after {config.limits.wall_timeout_s}s; {dropped}".strip("; "),
+            runner=runner,
         )
-    rep = evaluate(frame_log(run.output, run.exit_code), task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS)
     reward = 1.0 if rep.resolved else 0.0
     if config.partial_credit and not rep.resolved and rep.log_valid and rep.p2p_passed == rep.p2p_total:
         reward = rep.f2p_passed / max(1, rep.f2p_total)
@@ -215,10 +274,18 @@ def _grade(task: Task, patch: str, config: EnvConfig, runner: Runner, slot: _Slo
         time.monotonic() - start,
         True,
         notes,
+        runner,
     )
 
 
-def _result(task: Task, start: float, notes: str = "", infra: str = "", applied: bool = True) -> GradeResult:
+def _result(
+    task: Task,
+    start: float,
+    notes: str = "",
+    infra: str = "",
+    applied: bool = True,
+    runner: Literal["pytest", "plain"] = "pytest",
+) -> GradeResult:
     report = {t: "MISSING" for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)}
     return GradeResult(
         False,
@@ -233,6 +300,7 @@ def _result(task: Task, start: float, notes: str = "", infra: str = "", applied:
         time.monotonic() - start,
         applied and not infra,
         notes,
+        runner,
     )
 
 

@@ -12,6 +12,15 @@ and answers one line on stdout:
 
     {"nonce": "...", "exit_code": 1, "output": "...", "truncated": false, "timed_out": false}
 
+A request with `"runner": "plain"` and `"tests": ["test_m.py::test_f", ...]` runs
+plain test functions without pytest (`_plain`): the child imports the test files
+and calls the named functions in order, as pytest would run those node ids, and
+prints one result line, `PLAIN_RESULT <nonce> {"status": {...}, "exit_code": N}`,
+the status map a log parser would read from pytest's log. It prints
+`{"status": null}` where pytest might decide differently (a test that reaches for
+pytest, a KeyboardInterrupt, an exception of a type defined outside the builtins);
+output of the tests themselves also makes the host run pytest instead.
+
 Each run is a fork: the child drops the request and answer pipes before any test
 code runs, becomes its own session, takes the CPU-time limit, offers itself first
 to the OOM killer, and calls `pytest.main(args)` in the repository with its output
@@ -35,6 +44,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import importlib
+import inspect
 import json
 import os
 import resource
@@ -43,11 +53,31 @@ import signal
 import sys
 import time
 import traceback
+import types
 
 import pytest
 
 PR_SET_DUMPABLE = 4
 REPO = os.getcwd()
+PLAIN_RESULT = ">>>>> plain runner result"
+# Names pytest gives a meaning to in a test module's namespace (xunit setup, marks,
+# plugins, collection switches): a module holding one is left to pytest.
+_PYTEST_NAMES = frozenset(
+    {
+        "__test__",
+        "pytestmark",
+        "pytest_plugins",
+        "setup_module",
+        "teardown_module",
+        "setUpModule",
+        "tearDownModule",
+        "setup_function",
+        "teardown_function",
+        "setup",
+        "teardown",
+    }
+)
+_PYTEST_MODULES = ("pytest", "_pytest", "pluggy")
 
 
 def main() -> None:
@@ -123,7 +153,10 @@ def _child(request: dict, out_fd: int, keep: tuple[int, int]) -> None:
         os.chdir(REPO)
         sys.path[0] = REPO  # as `python -m pytest` run in the repository
         sys.argv = ["pytest", *request["args"]]
-        code = int(pytest.main(request["args"]))
+        if request.get("runner") == "plain":
+            code = _plain(request["tests"], request["nonce"])
+        else:
+            code = int(pytest.main(request["args"]))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
@@ -135,6 +168,95 @@ def _child(request: dict, out_fd: int, keep: tuple[int, int]) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+class _PytestImports:
+    """A meta path finder that refuses, and remembers, imports of pytest: code under
+    test that reaches for pytest (a skip, a fixture, a mark) is left to pytest."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name.split(".", 1)[0] in _PYTEST_MODULES:
+            self.seen = True
+            raise ImportError(f"{name} is not available to the plain runner")
+        return None
+
+
+def _plain(tests: list[str], nonce: str) -> int:
+    """Run the plain test functions `tests` (`file.py::name`, files at the repository's
+    root) as `pytest tests` runs them, and print the result line; pytest's exit code.
+
+    As pytest: every test file is imported first (pytest collects before it runs), and
+    a file that fails to import is a collection error (`ERROR file.py`, no test runs),
+    except SystemExit, which pytest reports as an internal error (no status at all);
+    then each test runs in the order given, PASSED or FAILED on any exception.
+    """
+    guard = _PytestImports()
+    for name in [m for m in sys.modules if m.split(".", 1)[0] in _PYTEST_MODULES]:
+        del sys.modules[name]  # already imported by the server: an import must reach the guard
+    sys.meta_path.insert(0, guard)
+    status: dict[str, str] | None = {}
+    code = 0
+    modules = {}
+    for path in dict.fromkeys(t.split("::", 1)[0] for t in tests):
+        try:
+            modules[path] = importlib.import_module(path[: -len(".py")])
+        except SystemExit:
+            status, code = {}, 3
+            break
+        except Exception as exc:
+            if not _builtin(exc):
+                status = None
+                break
+            status[path], code = "ERROR", 2
+        except BaseException:  # KeyboardInterrupt and the like: pytest stops in its own ways
+            status = None
+            break
+    if status is not None and code == 0:
+        # What pytest would collect, checked before any test runs (pytest collects first).
+        named = {node: vars(modules[node.split("::", 1)[0]]).get(node.split("::", 1)[1]) for node in tests}
+        if any(_PYTEST_NAMES & vars(m).keys() for m in modules.values()) or not all(
+            map(_plain_function, named.values())
+        ):
+            status = None
+    if status is not None and code == 0:
+        for node, test in named.items():
+            try:
+                test()
+                status[node] = "PASSED"
+            except KeyboardInterrupt:  # pytest ends the session and reports what ran before
+                status = None
+                break
+            except BaseException as exc:
+                if not _builtin(exc):  # pytest's own outcomes, unittest's SkipTest, ...
+                    status = None
+                    break
+                status[node], code = "FAILED", 1
+    if guard.seen:
+        status = None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    line = f"{PLAIN_RESULT} {nonce} {json.dumps({'status': status, 'exit_code': code})}\n"
+    os.write(1, line.encode())
+    return code
+
+
+def _builtin(exc: BaseException) -> bool:
+    return type(exc).__module__ == "builtins"
+
+
+def _plain_function(test: object) -> bool:
+    """A function pytest would call with no arguments and nothing around it."""
+    return (
+        isinstance(test, types.FunctionType)
+        and test.__code__.co_argcount == 0
+        and not test.__code__.co_kwonlyargcount
+        and not test.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR)
+        and not hasattr(test, "pytestmark")
+        and getattr(test, "__test__", True) is True
+    )
 
 
 class _Kept:

@@ -62,16 +62,32 @@ def parse_statuses(log: str, parser_name: str) -> tuple[dict[str, str], bool]:
     status = parse(log.split(START)[1].split(END)[0], None)
     if not status:
         status = parse(log, None)
-    if not status:
-        return {}, False  # pytest prints no "N passing"-style line swebench's SUITE_RAN knows
-    exit_code = _exit_code(log)
-    if exit_code not in (None, 0) and not any(s in _FAIL for s in status.values()):
+    if not _valid(status, _exit_code(log)):
         return {}, False
     return status, True
 
 
+def _valid(status: dict[str, str], exit_code: int | None) -> bool:
+    # An empty map: pytest printed no "N passing"-style line swebench's SUITE_RAN knows.
+    return bool(status) and (exit_code in (None, 0) or any(s in _FAIL for s in status.values()))
+
+
 def evaluate(log: str, parser_name: str, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]) -> TestReport:
-    status, valid = parse_statuses(log, parser_name)
+    return _decide(*parse_statuses(log, parser_name), fail_to_pass, pass_to_pass)
+
+
+def evaluate_statuses(
+    status: dict[str, str], exit_code: int | None, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
+) -> TestReport:
+    """The decision on a status map a runner reported itself (the plain runner,
+    plain_runner.py), by the same rules as on a parsed log with that exit code."""
+    valid = _valid(status, exit_code)
+    return _decide(status if valid else {}, valid, fail_to_pass, pass_to_pass)
+
+
+def _decide(
+    status: dict[str, str], valid: bool, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
+) -> TestReport:
     statuses = {t: status.get(t, "MISSING") for t in [*fail_to_pass, *pass_to_pass]}
     f2p = sum(status.get(t) in _PASS for t in fail_to_pass)
     p2p = sum(status.get(t) in _PASS or status.get(t) == "SKIPPED" for t in pass_to_pass)

@@ -78,6 +78,7 @@ class GradeResult:
     grading_s: float = 0.0
     patch_applied: bool = True
     notes: str = ""  # why a model failure happened (patch rejected, timeout, dropped files)
+    runner: Literal["pytest", "plain"] = "pytest"  # "plain": the fast runner of the test tool, never a final grade
 
 
 @dataclass(frozen=True)

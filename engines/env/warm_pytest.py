@@ -17,7 +17,8 @@ in a fresh one. A sandbox whose server died or hung is closed; the next run star
 a new one.
 
 Only commands of the form `python -m pytest ARGS` go this way (`pytest_args`);
-anything else goes to the cold runner.
+anything else goes to the cold runner. `run_plain` asks the same sandbox to call
+plain test functions without pytest (plain_runner.py), under the same limits.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 
 from engines.env.cgroup import CgroupCaps
 from engines.env.config import EnvConfig
+from engines.env.plain_runner import PlainRun, read_answer
 from engines.env.sandbox import BwrapRunner, RunResult, capped_argv, make_caps
 
 log = logging.getLogger(__name__)
@@ -68,11 +70,28 @@ class WarmPytest:
         self.starts = 0
 
     def run(self, args: list[str]) -> RunResult:
-        result = self._run_once(args)
+        return self._run({"args": args})[0]
+
+    def run_plain(self, args: list[str], tests: list[str]) -> PlainRun:
+        """Call the plain test functions `tests` (`file.py::name`) without pytest; `args`
+        (the pytest arguments of the same run) become sys.argv, as for pytest."""
+        run, nonce = self._run({"args": args, "runner": "plain", "tests": tests})
+        answer = read_answer(run.output, nonce) if run.started and not run.timed_out else None
+        if answer is None and run.exit_code == -signal.SIGXCPU:
+            # Out of CPU time: pytest, running the same code with more around it, runs out
+            # too and leaves a log with no status (rejected).
+            answer = ({}, run.exit_code)
+        return PlainRun(run, *(answer or (None, None)))
+
+    def _run(self, fields: dict) -> tuple[RunResult, str]:
+        """One run of the request `fields`, and the nonce its answer carried."""
+        nonce = secrets.token_hex(16)
+        result = self._run_once(fields, nonce)
         if result is None:  # an answer that was not ours: start clean and run it again
             log.warning("warm pytest sandbox over %s answered out of turn; restarted", self.repo)
             self.close()
-            result = self._run_once(args)
+            nonce = secrets.token_hex(16)
+            result = self._run_once(fields, nonce)
         if result is None:
             self.close()
             return RunResult(
@@ -83,10 +102,10 @@ class WarmPytest:
                 0.0,
                 started=False,
                 infra_message="the warm pytest sandbox answered out of turn twice",
-            )
-        return result
+            ), nonce
+        return result, nonce
 
-    def _run_once(self, args: list[str]) -> RunResult | None:
+    def _run_once(self, fields: dict, nonce: str) -> RunResult | None:
         start = time.monotonic()
         if self._proc is None or self._proc.poll() is not None:
             self.close()
@@ -96,10 +115,9 @@ class WarmPytest:
         assert self._proc is not None and self._proc.stdin is not None
         limits = self.config.limits
         oom_before = self._caps.oom_events() if self._caps else 0
-        nonce = secrets.token_hex(16)
         request = {
+            **fields,
             "nonce": nonce,
-            "args": args,
             "cpu_s": limits.cpu_seconds,
             "timeout_s": limits.wall_timeout_s,
             "output_bytes": limits.output_bytes,

@@ -31,28 +31,39 @@ from engines.staleness import check_episodes
 @dataclass
 class GradeCache:
     """Grades by (task, patch): grading is deterministic, and a group's samples often
-    agree on the same patch, so each distinct patch is run once."""
+    agree on the same patch, so each distinct patch is run once.
 
-    results: dict[tuple[str, str], GradeResult] = field(default_factory=dict)
+    A `fast` grade (the `test` tool) may come from the plain runner (runner="plain"):
+    kept apart, it answers only fast grades again, so a final grade always runs
+    pytest; a pytest grade answers both."""
+
+    results: dict[tuple[str, ...], GradeResult] = field(default_factory=dict)
     max_entries: int = 100_000
 
-    def key(self, task: Task, patch: str) -> tuple[str, str]:
-        return task.instance_id, hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()
+    def key(self, task: Task, patch: str, runner: str = "pytest") -> tuple[str, ...]:
+        digest = hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()
+        return (task.instance_id, digest) if runner == "pytest" else (task.instance_id, digest, runner)
 
-    def grade(self, pool: GradingPool, items: Sequence[tuple[Task, str]]) -> list[GradeResult]:
+    def grade(self, pool: GradingPool, items: Sequence[tuple[Task, str]], fast: bool = False) -> list[GradeResult]:
         keys = [self.key(t, p) for t, p in items]
-        todo = {k: item for k, item in zip(keys, items) if k not in self.results}
-        fresh = pool.grade_many(list(todo.values())) if todo else []
+        known = [self._known(t, p, fast) for t, p in items]
+        todo = {k: item for k, item, hit in zip(keys, items, known) if hit is None}
+        fresh = pool.grade_many(list(todo.values()), fast=fast) if todo else []
         computed = dict(zip(todo, fresh))
         # Answer before evicting: a key that was a hit must still be answered when the
         # eviction below drops it.
-        answers = [computed[k] if k in computed else self.results[k] for k in keys]
-        for k, result in computed.items():
+        answers = [computed.get(k, hit) for k, hit in zip(keys, known)]
+        for (task, patch), result in zip(todo.values(), fresh):
             if not result.infra_failure:  # an infrastructure failure may pass on retry
-                self.results[k] = result
+                self.results[self.key(task, patch, result.runner)] = result
         while len(self.results) > self.max_entries:  # oldest first (dicts keep insertion order)
             del self.results[next(iter(self.results))]
-        return answers
+        return answers  # type: ignore[return-value]
+
+    def _known(self, task: Task, patch: str, fast: bool) -> GradeResult | None:
+        if fast and (hit := self.results.get(self.key(task, patch, "plain"))) is not None:
+            return hit
+        return self.results.get(self.key(task, patch))
 
 
 def sample_step_tasks(tasks: Sequence[Task], step: int, count: int, seed: int) -> list[Task]:
@@ -62,9 +73,11 @@ def sample_step_tasks(tasks: Sequence[Task], step: int, count: int, seed: int) -
 
 
 def pool_tester(pool: GradingPool, cache: GradeCache) -> Tester:
-    """The `test` tool through the grading pool's warm sandboxes. Grades are cached by
-    (task, diff), so a submit after a passing `test` costs no second run."""
-    return lambda task, workspace: cache.grade(pool, [(task, workspace.diff())])[0]
+    """The `test` tool through the grading pool's warm sandboxes, fast where the task's
+    tests are plain functions (env.fast_test_runner). Grades are cached by (task, diff):
+    a repeated test costs no second run, nor does a submit after a pytest-run `test`
+    (a plain-run one is graded again by pytest)."""
+    return lambda task, workspace: cache.grade(pool, [(task, workspace.diff())], fast=True)[0]
 
 
 def episode_requests(

@@ -38,9 +38,9 @@ class CountingPool(GradingPool):
 
     graded = 0
 
-    def grade_many(self, items):
+    def grade_many(self, items, fast=False):
         self.graded += len(items)
-        return super().grade_many(items)
+        return super().grade_many(items, fast)
 
 
 @pytest.mark.sandbox
@@ -56,10 +56,13 @@ def test_each_distinct_patch_is_graded_once(tasks):
 
 
 @pytest.mark.sandbox
-def test_test_tool_runs_in_the_pool_and_a_later_submit_is_a_cache_hit(tasks):
+@pytest.mark.parametrize("fast", [False, True])
+def test_test_tool_runs_in_the_pool_and_a_later_submit_is_graded_by_pytest(tasks, fast):
+    """With the plain runner off, a submit after a passing `test` is a cache hit; with
+    it on, the `test` calls ran without pytest and the submit runs pytest once."""
     task = tasks[1]
     f2p, p2p = len(task.FAIL_TO_PASS), len(task.PASS_TO_PASS)
-    with CountingPool(EnvConfig(workers=2)) as pool:
+    with CountingPool(EnvConfig(workers=2, fast_test_runner=fast)) as pool:
         cache = GradeCache()
         with EnvSession.open(task, pool.config, tester=pool_tester(pool, cache)) as session:
             before = session.step("test").observation.split("\n")
@@ -69,7 +72,10 @@ def test_test_tool_runs_in_the_pool_and_a_later_submit_is_a_cache_hit(tasks):
             assert session.step("test").observation == f"{f2p + p2p} passed, 0 failed"
             patch = session.patch()
         assert pool.graded == 2
-        assert cache.grade(pool, [(task, patch)])[0].resolved and pool.graded == 2
+        final = cache.grade(pool, [(task, patch)])[0]
+        assert final.resolved and final.runner == "pytest" and pool.graded == 2 + fast
+        again = cache.grade(pool, [(task, patch)], fast=True)[0]  # a hit, whichever runner answered first
+        assert again.report == final.report and pool.graded == 2 + fast
 
 
 def _episode(task_id: str, group: str, i: int, infra: bool = False) -> Episode:
