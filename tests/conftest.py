@@ -10,6 +10,9 @@ import pytest
 
 from tests.tiny_model import make_tiny_model_dir
 
+# Host requirements of markers (sandbox, cgroup, tmpfs) fail the run when missing.
+pytest_plugins = ["tests.host_requirements"]
+
 # Keep every test process polite on a 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -10,8 +10,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 
 PARENT = textwrap.dedent("""
@@ -41,7 +39,6 @@ def _orphan_after_parent_killed(mode: str) -> int:
     return child
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
 def test_child_is_stopped_when_its_parent_is_killed():
     bound, free = _orphan_after_parent_killed("bound"), _orphan_after_parent_killed("free")
     try:
