@@ -10,8 +10,9 @@ import pytest
 
 from tests.tiny_model import make_tiny_model_dir
 
-# Host requirements of markers (sandbox, cgroup, tmpfs) fail the run when missing.
-pytest_plugins = ["tests.host_requirements"]
+# Host requirements of markers (sandbox, cgroup, tmpfs) fail the run when missing;
+# a process that outlives the test or fixture that started it fails that test.
+pytest_plugins = ["tests.host_requirements", "tests.leftovers"]
 
 # Keep every test process polite on a 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
