@@ -2,30 +2,139 @@
 
 A run killed by SIGKILL or the OOM killer runs no exit handler, so the servers and
 lanes it started (vLLM, the trainer lane, Prefect's server) would keep running,
-holding cores, memory and ports. `exit_with_parent` asks the kernel to send the
-child SIGTERM when its parent dies (Linux PR_SET_PDEATHSIG), whatever the cause.
+holding cores, memory and ports. Two mechanisms, because neither covers every case:
 
-Use as `subprocess.Popen(..., preexec_fn=functools.partial(exit_with_parent, os.getpid()))`
-from a thread that lives as long as the child should: the signal fires when the
-thread that forked the child ends.
+- `exit_with_parent` asks the kernel to signal the child when its parent dies
+  (Linux PR_SET_PDEATHSIG). It fires when the parent *thread* that forked the child
+  ends, it is not inherited by the child's own children, and a catchable signal
+  may be handled slowly: a Prefect flow run turns SIGTERM into a teardown that
+  reports to the (dead) API server, retrying for minutes.
+- `owner_env` + `end_with_owner`: the owner puts its pid (and start time, against
+  pid reuse) into the child's environment; every process of the tree that calls
+  `end_with_owner` (the trainer lane, each torchrun rank) watches that process and,
+  when it is gone however it ended, SIGKILLs its descendants (torchrun starts its
+  ranks in sessions of their own, out of reach of a group kill), its group and itself.
+
+Use `exit_with_parent` as `subprocess.Popen(..., preexec_fn=functools.partial(exit_with_parent, os.getpid()))`
+from a thread that lives as long as the child should.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import select
 import signal
 import sys
+import threading
+from pathlib import Path
 
+OWNER_ENV = "TANDEM_OWNER"
 _PR_SET_PDEATHSIG = 1
 # Resolved once here: the child, between fork and exec, only calls it.
 _prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
-def exit_with_parent(parent: int) -> None:
-    """In a child before exec: SIGTERM when `parent` dies (no-op off Linux)."""
+def exit_with_parent(parent: int, sig: int = signal.SIGTERM) -> None:
+    """In a child before exec: `sig` when `parent` dies (no-op off Linux)."""
     if _prctl is None:
         return
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    _prctl(_PR_SET_PDEATHSIG, sig)
     if os.getppid() != parent:  # the parent died before the request took effect
         os._exit(1)
+
+
+def exit_with_parent_now(sig: int = signal.SIGKILL) -> None:
+    """`exit_with_parent` from inside a running process, for children whose start this
+    project does not control (torchrun's ranks)."""
+    parent = os.getppid()
+    if _prctl is None:
+        return
+    _prctl(_PR_SET_PDEATHSIG, sig)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot; None when it is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def owner_env(pid: int | None = None) -> dict[str, str]:
+    """The environment entry naming `pid` (default: this process) as the owner of a child's tree."""
+    pid = os.getpid() if pid is None else pid
+    return {OWNER_ENV: f"{pid}:{_start_time(pid)}"}
+
+
+def end_with_owner() -> threading.Thread | None:
+    """When this process's environment names an owner (`owner_env`): a daemon thread
+    that SIGKILLs this process's descendants, its group and itself once the owner has
+    exited. Returns the thread, or None without an owner."""
+    value = os.environ.get(OWNER_ENV)
+    if not value:
+        return None
+    pid_text, _, started = value.partition(":")
+    owner = int(pid_text)
+    watcher = threading.Thread(target=_watch, args=(owner, started), name="end-with-owner", daemon=True)
+    watcher.start()
+    return watcher
+
+
+def _watch(owner: int, started: str) -> None:
+    fd = None
+    with contextlib.suppress(OSError, AttributeError):  # pidfd: Linux 5.3+, Python 3.9+
+        fd = os.pidfd_open(owner)
+    # Checked after opening: a pid reused by another process since does not count as the owner.
+    if _start_time(owner) == started:
+        if fd is not None:
+            select.select([fd], [], [])  # readable once the owner has exited
+        else:
+            while _start_time(owner) == started:
+                threading.Event().wait(0.25)
+    _kill_tree()
+
+
+def _descendants() -> list[int]:
+    """Every live descendant of this process, by parent pid (/proc)."""
+    parents: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                parents.setdefault(ppid, []).append(int(proc.name))
+    found, frontier = [], [os.getpid()]
+    while frontier:
+        for child in parents.get(frontier.pop(), []):
+            found.append(child)
+            frontier.append(child)
+    return found
+
+
+def _kill_tree() -> None:
+    """SIGKILL every descendant, this process's group (when it leads one) and itself.
+
+    Descendants are found through the parent links, so the ones in sessions of their
+    own (torchrun's ranks, still importing before they could watch the owner
+    themselves) go too. They are stopped first: a killed parent's children would be
+    reparented out of reach, and a stopped process starts no new ones."""
+    stopped: set[int] = set()
+    for _ in range(3):
+        fresh = [pid for pid in _descendants() if pid not in stopped]
+        if not fresh:
+            break
+        for pid in fresh:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped.update(fresh)
+    for pid in stopped:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    # A group kill would hit others when this process does not lead the group.
+    if os.getpgid(0) == os.getpid():
+        os.killpg(0, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)

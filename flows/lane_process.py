@@ -15,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-from engines.lifetime import exit_with_parent
+from engines.lifetime import exit_with_parent, owner_env
 from engines.trainer.lane import LaneConfig
 from tasks.progress import say
 
@@ -35,7 +35,14 @@ class TrainerProcess:
             self.cmd += ["--tensorboard-dir", tensorboard_dir]
         # Generation and training get their own cores: torch in each trainer rank
         # (`trainer.processes` of them) uses `threads`.
-        self.env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+        # owner_env: the lane and its ranks end themselves when this process is gone,
+        # however it ended (engines/lifetime.py); the parent-death signal alone did not.
+        self.env = {
+            **os.environ,
+            "OMP_NUM_THREADS": str(threads),
+            "TOKENIZERS_PARALLELISM": "false",
+            **owner_env(),
+        }
         self.max_restarts = max_restarts
         self.restarts = 0
         self.proc: asyncio.subprocess.Process | None = None

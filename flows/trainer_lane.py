@@ -14,6 +14,7 @@ from pathlib import Path
 from prefect import flow
 from prefect.concurrency.sync import concurrency
 
+from engines.lifetime import end_with_owner
 from engines.trainer.lane import LaneConfig, TrainerLane
 from flows.metrics import MetricsConfig, MetricsSink, metrics_sink
 from tasks.limits import SLOT_LEASE_S, TRAINING_LIMIT
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--tensorboard-dir", default=None, help="Also write each step's metrics here (TensorBoard).")
     args = parser.parse_args(argv)
+    # Started by a run (flows/lane_process.py): this lane and torchrun under it end with the run.
+    end_with_owner()
     cfg = LaneConfig.model_validate(json.loads(Path(args.config).read_text()))
     trainer_lane(cfg, args.tensorboard_dir)
     return 0

@@ -8,6 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.tiny_model import make_tiny_model_dir
+
+# Host requirements of markers (sandbox, cgroup, tmpfs) fail the run when missing;
+# a process that outlives the test or fixture that started it fails that test.
+pytest_plugins = ["tests.host_requirements", "tests.leftovers"]
+
 # Keep every test process polite on a 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -16,16 +22,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised tiny Qwen3-MoE with a tokenizer trained on code-like text."""
-    from engines.model.tiny import create_tiny_model
-
-    texts = [
-        "def add(a, b):\n    return a + b\n",
-        "def is_even(n):\n    return n % 2 == 0\n",
-        "edit m.py 3\n    return x - 1\n",
-        "FAILED test_m.py::test_add - assert 3 == 4\n",
-        "view m.py\nsubmit\ntest\nbash\nls -la\n",
-    ] * 50
-    return create_tiny_model(tmp_path_factory.mktemp("tiny-moe"), texts)
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny-moe"))
 
 
 @pytest.fixture(scope="session")

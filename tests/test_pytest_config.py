@@ -3,6 +3,7 @@ instead of hanging CI."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,29 @@ def test_a_hung_test_fails_on_the_timeout(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert done.returncode == 1 and "Timeout" in done.stdout, done.stdout[-2000:]
+
+
+def _pytest_in(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """pytest with the project's ini on the files in tmp_path, and the given plugins and options."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path)]
+        + ["-p", "no:cacheprovider", "-q", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+    )
+
+
+def test_a_missing_bwrap_fails_the_run_unless_the_sandbox_tests_are_deselected(tmp_path: Path) -> None:
+    (tmp_path / "test_needs.py").write_text(
+        "import pytest\n\n@pytest.mark.sandbox\ndef test_sandboxed():\n    pass\n\ndef test_plain():\n    pass\n"
+    )
+    # Only the interpreter's folder on PATH: no bwrap there.
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent), "PYTHONPATH": str(REPO)}
+    failed = _pytest_in(tmp_path, "-p", "tests.host_requirements", "test_needs.py", env=env)
+    assert failed.returncode != 0, failed.stdout[-2000:]
+    assert "bubblewrap (bwrap) is not on PATH" in failed.stderr and "-m 'not sandbox'" in failed.stderr, failed.stderr
+    deselected = _pytest_in(tmp_path, "-p", "tests.host_requirements", "-m", "not sandbox", "test_needs.py", env=env)
+    assert deselected.returncode == 0 and "1 passed, 1 deselected" in deselected.stdout, deselected.stdout[-2000:]

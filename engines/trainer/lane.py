@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from engines.lifetime import end_with_owner, exit_with_parent_now
 from engines.model.load import load_moe_causal_lm, load_tokenizer
 from engines.rollout.metrics import episode_metrics
 from engines.trainer import lake_state
@@ -215,6 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="JSON file holding a LaneConfig")
     args = parser.parse_args(argv)
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        # torchrun starts each rank in a session of its own, out of reach of a kill of
+        # its group: a rank ends when torchrun does, and when the run that owns the lane does.
+        exit_with_parent_now()
+    end_with_owner()
     logging.basicConfig(level=logging.INFO, format="[trainer] %(message)s", stream=sys.stdout)
     cfg = LaneConfig.model_validate(json.loads(Path(args.config).read_text()))
     train_steps(cfg)

@@ -4,7 +4,9 @@ versions it publishes."""
 
 from __future__ import annotations
 
+import functools
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -14,6 +16,7 @@ from typing import NoReturn
 
 import torch
 
+from engines.lifetime import exit_with_parent
 from engines.trainer.lane import LaneConfig
 from storage import checkpoints
 from storage.fs import open_store
@@ -41,7 +44,12 @@ def torchrun_lane(cfg: LaneConfig, processes: int, on_publish: Callable[[int], N
     `on_publish` with each newly published version. Returns the newest seen (-1: none)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         f.write(cfg.model_dump_json())
-    proc = subprocess.Popen(torchrun_command(processes, "-m", "engines.trainer.lane", "--config", f.name))
+    # torchrun stays in this process's group (a group kill of the lane reaches it) and
+    # ends when this process does; on SIGTERM it stops its ranks first.
+    proc = subprocess.Popen(
+        torchrun_command(processes, "-m", "engines.trainer.lane", "--config", f.name),
+        preexec_fn=functools.partial(exit_with_parent, os.getpid(), signal.SIGTERM),
+    )
     store, seen = open_store(cfg.storage), -1
     try:
         while proc.poll() is None:

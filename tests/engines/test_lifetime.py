@@ -10,8 +10,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 
 PARENT = textwrap.dedent("""
@@ -41,7 +39,6 @@ def _orphan_after_parent_killed(mode: str) -> int:
     return child
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
 def test_child_is_stopped_when_its_parent_is_killed():
     bound, free = _orphan_after_parent_killed("bound"), _orphan_after_parent_killed("free")
     try:
@@ -52,6 +49,63 @@ def test_child_is_stopped_when_its_parent_is_killed():
         assert _alive(free)  # without it the child lives on: the test can tell the difference
     finally:
         for pid in (bound, free):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+
+
+# A lane as the run starts it: its own session, a parent-death SIGTERM that it (like a
+# Prefect flow run) does not act on at once, a child in its group (torchrun) and one in
+# a session of its own that does not watch the owner itself (a torchrun rank still
+# importing torch).
+OWNER = textwrap.dedent("""
+    import functools, os, subprocess, sys, time
+    from engines.lifetime import exit_with_parent, owner_env
+    lane = subprocess.Popen(
+        [sys.executable, "-c", sys.argv[2], sys.argv[1]],
+        env={**os.environ, **owner_env()},
+        start_new_session=True,
+        preexec_fn=functools.partial(exit_with_parent, os.getpid()),
+    )
+    print(lane.pid, flush=True)
+    time.sleep(120)
+""")
+LANE = textwrap.dedent("""
+    import signal, subprocess, sys, time
+    from engines.lifetime import end_with_owner
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if sys.argv[1] == "bound":
+        end_with_owner()
+    group = subprocess.Popen(["sleep", "120"])
+    rank = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    print(group.pid, rank.pid, flush=True)
+    time.sleep(120)
+""")
+
+
+def _lane_tree_after_owner_killed(mode: str) -> list[int]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, mode, LANE], stdout=subprocess.PIPE, env=env, start_new_session=True
+    )
+    lane = int(owner.stdout.readline())
+    group, rank = (int(p) for p in owner.stdout.readline().split())
+    owner.kill()
+    owner.wait()
+    return [lane, group, rank]
+
+
+def test_a_lane_its_group_and_its_own_session_children_end_with_a_killed_owner():
+    bound, free = _lane_tree_after_owner_killed("bound"), _lane_tree_after_owner_killed("free")
+    try:
+        deadline = time.monotonic() + 5
+        while any(_alive(p) for p in bound) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [p for p in bound if _alive(p)] == []
+        assert all(_alive(p) for p in free)  # without end_with_owner they live on: the test can tell
+    finally:
+        for pid in bound + free:
             try:
                 os.kill(pid, 9)
             except ProcessLookupError:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,15 +13,6 @@ from engines.env.types import Task
 # Small limits keep the security battery fast: 5 s wall, 3 s CPU, 256 MiB, 48 processes.
 FAST_LIMITS = SandboxLimits(
     memory_mb=256, max_processes=48, cpu_seconds=3, file_size_mb=8, wall_timeout_s=5.0, output_bytes=64_000
-)
-
-
-def bwrap_available() -> bool:
-    return shutil.which("bwrap") is not None
-
-
-needs_bwrap = pytest.mark.skipif(
-    not bwrap_available(), reason="bubblewrap is not installed (apt-get install bubblewrap)"
 )
 
 

@@ -23,9 +23,7 @@ from engines.env.types import Task
 from engines.env.warm_pytest import WarmPytest, pytest_args
 from engines.env.workspace import Workspace, apply_to_files, base_files, unified_diff
 
-from .conftest import needs_bwrap
-
-pytestmark = [pytest.mark.slow, pytest.mark.sandbox, needs_bwrap]
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 
 def _variants(task: Task, rng: random.Random) -> list[str]:

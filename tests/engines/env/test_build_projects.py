@@ -19,8 +19,6 @@ from engines.env.deps import declared_requirements
 from engines.env.grader import GradingPool
 from flows.tasks_cli import app
 
-from .conftest import needs_bwrap
-
 CALC = """\
 from helperdep import double
 
@@ -123,7 +121,6 @@ def test_requirements_come_from_pyproject_or_setup_cfg(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.sandbox
-@needs_bwrap
 def test_build_skips_a_broken_project_and_saves_the_others_with_their_dependencies(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("TANDEM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("TANDEM_ENV_SCRATCH", str(tmp_path / "scratch"))

@@ -10,9 +10,7 @@ from engines.env.errors import BuildError
 from engines.env.grader import GradingPool
 from engines.env.sdists import SdistPin
 
-from .conftest import needs_bwrap
-
-pytestmark = [pytest.mark.slow, pytest.mark.sandbox, needs_bwrap]
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
 
 def test_built_tasks_are_valid_and_gold_resolves_while_empty_does_not(real_corpus, env_config):

@@ -13,9 +13,7 @@ from engines.env.micro_demos import feedback_messages, local_statuses, wrong_edi
 from engines.env.session import EnvSession
 from engines.rollout.step import GradeCache, pool_tester
 
-from .conftest import needs_bwrap
-
-pytestmark = [pytest.mark.sandbox, needs_bwrap]
+pytestmark = [pytest.mark.sandbox]
 
 
 @pytest.fixture(scope="module")

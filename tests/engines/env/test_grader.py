@@ -8,9 +8,7 @@ from engines.env.grader import GradingPool, grade
 from engines.env.types import Task
 from engines.env.workspace import base_files, unified_diff
 
-from .conftest import needs_bwrap
-
-pytestmark = [pytest.mark.sandbox, needs_bwrap]
+pytestmark = [pytest.mark.sandbox]
 
 
 def test_gold_resolves_and_empty_does_not(micro_tasks, env_config):

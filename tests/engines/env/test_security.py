@@ -24,9 +24,7 @@ from engines.env.sandbox import make_runner
 from engines.env.types import Task
 from engines.env.workspace import apply_to_files, base_files, unified_diff
 
-from .conftest import needs_bwrap
-
-pytestmark = [pytest.mark.sandbox, needs_bwrap]
+pytestmark = [pytest.mark.sandbox]
 
 
 def _module_patch(task: Task, attack: str) -> str:

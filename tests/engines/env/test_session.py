@@ -9,8 +9,6 @@ from engines.env.micro import oracle_action
 from engines.env.session import EnvSession
 from engines.protocol import render_action
 
-from .conftest import needs_bwrap
-
 
 def test_view_edit_replace_and_errors_never_raise(micro_tasks, env_config):
     task = micro_tasks[0]
@@ -42,7 +40,6 @@ def test_oracle_episode_in_a_session_yields_a_resolving_patch(micro_tasks, env_c
 
 
 @pytest.mark.sandbox
-@needs_bwrap
 def test_bash_and_test_tools_run_in_the_sandbox(micro_tasks, env_config):
     task = micro_tasks[2]
     with EnvSession.open(task, env_config) as s:

@@ -17,8 +17,6 @@ from engines.env.grader import GradingPool
 from engines.env.workspace import unified_diff
 from flows.tasks_cli import app
 
-from .conftest import needs_bwrap
-
 BUGGY = "def middle(a, b, c):\n    return sorted([a, b, c])[0]\n\n\ndef double(x):\n    return 2 * x\n"
 FIXED = BUGGY.replace("[0]", "[1]")
 OLD_TESTS = "from shapes import double\n\n\ndef test_double():\n    assert double(4) == 8\n"
@@ -67,7 +65,6 @@ def swebench_record(base: str) -> dict:
 
 
 @pytest.mark.sandbox
-@needs_bwrap
 def test_records_import_from_a_git_clone_at_their_commit_and_grade(tmp_path: Path) -> None:
     repo, base = make_clone(tmp_path)
     records = tmp_path / "swe.jsonl"
