@@ -47,6 +47,9 @@ from storage.query import connect
 
 
 def run_once(root: Path, name: str, k: int, args: argparse.Namespace, model_path: str | None) -> dict:
+    trainer: dict = {"packing": False, "micro_batch_rows": 64, "seq_len": 512}
+    if model_path is None:  # the tiny model's warm start; a given model is version 0 as it is
+        trainer["sft"] = {"max_steps": args.sft_steps}
     cfg = RunConfig.model_validate(
         {
             "run": name,
@@ -55,7 +58,7 @@ def run_once(root: Path, name: str, k: int, args: argparse.Namespace, model_path
             "tasks": {"train_tasks": 1000, "heldout_tasks": args.eval_tasks},
             "eval": {"tasks": args.eval_tasks, "samples": 1},
             "rl": {"steps": args.steps, "async_level": k, "batch_size": args.batch_size, "group_size": args.group_size},
-            "trainer": {"packing": False, "micro_batch_rows": 64, "seq_len": 512, "sft": {"max_steps": args.sft_steps}},
+            "trainer": trainer,
         }
     )
     summary = asyncio.run(rl(cfg))

@@ -10,7 +10,9 @@ field as text (`--run.name 2024`) is retried as the string typed.
 Every problem is reported at once in one `ConfigError`: unknown keys with the keys
 allowed at that level (and the closest match), bad values with the allowed choices
 (Literal and Enum fields) or pydantic's reason, each naming its dotted key and
-where it came from. Owns loading and checking only; the models live beside the
+where it came from. A model may name keys it refuses with their reason (a class
+attribute `refused_keys`: key -> message), e.g. the trainer keys `tandem sft` never
+reads. Owns loading and checking only; the models live beside the
 components they configure.
 """
 
@@ -151,6 +153,10 @@ def _unknown_keys(model_cls: type[BaseModel], data: dict[str, Any], prefix: str,
     problems = []
     for key, value in data.items():
         dotted = f"{prefix}{key}"
+        refused = getattr(model_cls, "refused_keys", {})
+        if key not in names and key in refused:
+            problems.append(f"{dotted} ({_where(source, dotted)}): {refused[key]}")
+            continue
         if key not in names:
             allowed = ", ".join(fields) or "(none)"
             close = difflib.get_close_matches(key, list(fields), n=1)

@@ -100,3 +100,12 @@ class ReplayTrainConfig(_Replay):
         description="Resume the run even when this configuration differs from "
         "the one stored at its start (only steps may differ otherwise).",
     )
+
+    @model_validator(mode="after")
+    def _no_warm_start(self) -> Self:
+        if "sft" in self.trainer.model_fields_set:
+            raise ValueError(
+                "trainer.sft: a replay trains from model_path or the source run's version 0 and makes no warm "
+                "start, so nothing reads it; remove it"
+            )
+        return self

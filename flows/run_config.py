@@ -14,7 +14,7 @@ import secrets
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from engines.env.config import EnvConfig
 from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingConfig
@@ -39,7 +39,8 @@ class ModelConfig(BaseModel):
         "None: create the tiny Qwen3-MoE and warm-start it with SFT on micro-task demonstrations.",
     )
     tiny: TinyModelConfig = Field(
-        default_factory=TinyModelConfig, description="Shape of the tiny MoE when path is None."
+        default_factory=TinyModelConfig,
+        description="Shape of the tiny MoE created when path is None; refused when path is set (nothing reads it).",
     )
 
 
@@ -128,6 +129,22 @@ class RunSamplingConfig(SamplingConfig):
         description="Rollout temperature (trainer.temperature must match). The tiny warm start solves 6% of held-out "
         "tasks sampled at 0.7 but 2% at 1.0: more groups with a success to learn from.",
     )
+    top_p: float = Field(
+        1.0,
+        gt=0.0,
+        le=1.0,
+        description="Nucleus mass; must stay 1.0 in an RL run: the trainer's logprobs are of the full distribution.",
+    )
+
+    @field_validator("top_p")
+    @classmethod
+    def _full_distribution(cls, top_p: float) -> float:
+        if top_p < 1.0:
+            raise ValueError(
+                f"inference.sampling.top_p = {top_p}: the trainer computes logprobs over the full distribution, so "
+                "tokens sampled from a truncated nucleus would get wrong importance ratios; use top_p = 1.0"
+            )
+        return top_p
 
 
 class RunEpisodeLimits(EpisodeLimits):
@@ -144,7 +161,9 @@ class RunInferenceConfig(InferenceConfig):
     """InferenceConfig whose model_dir the run fills in (the published weights), with
     defaults sized for the tiny MoE on micro tasks (episodes of about 150 tokens)."""
 
-    model_dir: str = Field("", description="Filled in by the run with the weights it serves; leave empty.")
+    model_dir: str = Field(
+        "", description="Filled in by the run with the weights it serves; leave empty (set model.path instead)."
+    )
     max_model_len: int = Field(512, ge=16, description="Context length of each server in tokens.")
     kv_cache_gb: float = Field(0.5, gt=0, description="KV cache per server in GB.")
     max_num_seqs: int = Field(128, ge=1, description="Sequences one server batches at once: a whole step's batch.")
@@ -153,6 +172,17 @@ class RunInferenceConfig(InferenceConfig):
     limits: RunEpisodeLimits = Field(
         default_factory=RunEpisodeLimits, description="Turn, token and time limits of an episode."
     )
+
+    @field_validator("model_dir")
+    @classmethod
+    def _filled_by_the_run(cls, model_dir: str) -> str:
+        if model_dir:
+            raise ValueError(
+                f"inference.model_dir = {model_dir!r}: the run fills it with the weights it serves (version 0, then "
+                "each published version); leave it empty and set model.path to start from a model"
+            )
+        return model_dir
+
     weight_cache_versions: int = Field(
         3,
         ge=3,
@@ -223,7 +253,10 @@ class RunTrainerConfig(TrainerConfig):
     packing: bool = Field(False, description="Pack several episodes per row; off for short micro episodes.")
     micro_batch_rows: int = Field(64, ge=1, description="Rows per forward/backward (half a step's batch).")
     seq_len: int = Field(512, ge=16, description="Row length in tokens (the server's context).")
-    sft: RunSFTConfig = Field(default_factory=RunSFTConfig, description="Warm-start SFT settings.")
+    sft: RunSFTConfig = Field(
+        default_factory=RunSFTConfig,
+        description="Warm-start SFT of the tiny model (model.path unset); refused when model.path is set.",
+    )
 
 
 class RetentionConfig(BaseModel):
@@ -301,6 +334,8 @@ class RunConfig(BaseModel):
                 f"model.path: {path!r} is not a directory or a Hugging Face model id ('org/name'); "
                 "give a model directory, an id, or leave it unset"
             )
+        if path:
+            self._check_tiny_only()
         if self.tasks.kind == "corpus" and not path:
             raise ValueError(
                 "model.path: required when tasks.kind = 'corpus' (the tiny warm start learns from micro-task "
@@ -329,3 +364,20 @@ class RunConfig(BaseModel):
                 f"eval.tasks ({self.eval.tasks}) exceeds tasks.heldout_tasks ({self.tasks.heldout_tasks}): lower one or raise the other"
             )
         return self
+
+    def _check_tiny_only(self) -> None:
+        """model.tiny and trainer.sft shape and warm-start the tiny model made when model.path is unset;
+        with model.path those weights are version 0 as they are, so a changed key would do nothing."""
+        defaults = RunTrainerConfig().sft.model_dump()
+        sections = (
+            ("model.tiny", self.model.tiny.model_dump(), TinyModelConfig().model_dump()),
+            ("trainer.sft", self.trainer.sft.model_dump(), defaults),
+        )
+        for section, values, default in sections:
+            changed = next((k for k in values if values[k] != default[k]), None)
+            if changed is not None:
+                raise ValueError(
+                    f"{section}.{changed} = {values[changed]!r}: {section} applies only to the tiny model created "
+                    f"when model.path is unset; model.path ({self.model.path!r}) is used as it is. Remove "
+                    f"{section}.{changed}, or unset model.path"
+                )

@@ -4,9 +4,10 @@ and evaluate a run's newest weights on held-out tasks.
     tandem sft --model Qwen/Qwen3-30B-A3B --data demos.jsonl --out sft-model/ --sft.max_steps 200
     tandem eval --config configs/tiny.toml --eval.tasks 100
 
-`tandem sft` takes TrainerConfig keys as overrides (`--lr`, `--sft.max_steps`,
-`--seq_len`, `--export_format bf16`); `tandem eval` takes the same configuration
-as `tandem run` (see `tandem run --help`).
+`tandem sft` takes the TrainerConfig keys SFT reads as overrides (`--sft.lr`,
+`--sft.max_steps`, `--seq_len`, `--export_format bf16`; engines/trainer/config.py
+SFTCommandConfig) and refuses the RL-only ones by name; `tandem eval` takes the same
+configuration as `tandem run` (see `tandem run --help`).
 """
 
 from __future__ import annotations
@@ -30,16 +31,17 @@ def sft_command(
         Path, typer.Option("--data", help="Conversations: JSONL ({'messages': [...]} per line) or Parquet.")
     ],
     out: Annotated[Path, typer.Option("--out", help="Folder for the fine-tuned weights (Hugging Face layout).")],
-    config: Annotated[Path | None, typer.Option("--config", help="TOML file with TrainerConfig keys.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="TOML file with the trainer keys SFT reads.")] = None,
 ) -> None:
-    """Supervised fine-tuning of a given model on your demonstrations; extra `--key value` pairs set TrainerConfig."""
+    """Supervised fine-tuning of a given model on your demonstrations; extra `--key value` pairs set the trainer
+    keys SFT reads (`--sft.lr`, `--sft.max_steps`, `--seq_len`, ...)."""
     from engines.model.hub import resolve_model
-    from engines.trainer.config import TrainerConfig
+    from engines.trainer.config import SFTCommandConfig
     from engines.trainer.demos import load_conversations
     from engines.trainer.sft import sft
 
     with user_errors(ConfigError, ValueError, FileNotFoundError):
-        cfg = load_config(TrainerConfig, config, list(ctx.args))
+        cfg = load_config(SFTCommandConfig, config, list(ctx.args)).trainer()
         conversations = load_conversations(data)
         model_dir = resolve_model(model)
     typer.echo(f"[sft] {len(conversations)} conversations from {data}; model {model_dir}")
@@ -68,5 +70,7 @@ def eval_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sft", context_settings=_EXTRA, cls=keys_in_help("engines.trainer.config:TrainerConfig"))(sft_command)
+    app.command("sft", context_settings=_EXTRA, cls=keys_in_help("engines.trainer.config:SFTCommandConfig"))(
+        sft_command
+    )
     app.command("eval", context_settings=_EXTRA, cls=KeysInHelp)(eval_command)

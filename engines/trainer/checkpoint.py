@@ -9,6 +9,12 @@ Layout under a state root (a local directory every rank can reach):
 A save writes into the hidden staging directory, then the main process commits it
 to its final name (`storage.atomic_dir.commit_dir`: fsync, rename): the rename is
 the commit, so a crash mid-save keeps the previous state. Older states beyond `keep_last` are deleted after the commit.
+
+Tied weights (lm_head = embeddings) are saved once: safetensors cannot hold two names
+for one tensor, and Accelerate drops the duplicate with a warning on every save. Before
+that, transformers' own `remove_tied_weights_from_state_dict` removes the duplicates the
+model declares tied (the same keys `save_pretrained` leaves out), and safetensors'
+`load_model` ties them back on load.
 """
 
 from __future__ import annotations
@@ -19,7 +25,11 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
 from accelerate import Accelerator
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.modeling_utils import remove_tied_weights_from_state_dict
 
 from storage.atomic_dir import commit_dir
 
@@ -53,7 +63,11 @@ def save_state(
         shutil.rmtree(staging, ignore_errors=True)  # leftover of a crashed save
         root.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(staging), safe_serialization=True)
+    handle = accelerator.register_save_state_pre_hook(_without_tied_duplicates(accelerator))
+    try:
+        accelerator.save_state(str(staging), safe_serialization=True)
+    finally:
+        handle.remove()
     if save_local is not None:
         save_local(str(staging))
     accelerator.wait_for_everyone()
@@ -64,6 +78,23 @@ def save_state(
             shutil.rmtree(state_dir(root, old), ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
+
+
+def _without_tied_duplicates(
+    accelerator: Accelerator,
+) -> Callable[[list[nn.Module], list[dict[str, torch.Tensor]], str], None]:
+    """A save-state pre-hook that drops each transformers model's tied duplicates from
+    the state dict Accelerate is about to write."""
+
+    def hook(models: list[nn.Module], weights: list[dict[str, torch.Tensor]], _: str) -> None:
+        # `weights` holds one state dict per model Accelerate saves itself (none under its
+        # own FSDP, whose saving is separate); the list is what save_state writes.
+        for i, (model, state) in enumerate(zip(models, weights, strict=False)):
+            unwrapped = accelerator.unwrap_model(model)
+            if isinstance(unwrapped, PreTrainedModel):
+                weights[i] = remove_tied_weights_from_state_dict(dict(state), unwrapped)
+
+    return hook
 
 
 def load_latest_state(

@@ -7,10 +7,13 @@ the policy must stay close to the one that generated the episodes.
 
 from __future__ import annotations
 
-from typing import Literal
+import copy
+from typing import ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+
+from engines.trainer.warm_start_cache import SFT_TRAINER_FIELDS
 
 
 class SFTConfig(BaseModel):
@@ -202,3 +205,44 @@ class TrainerConfig(BaseModel):
                     "them. Use context_parallel_size=1 here (`python scripts/gpu_check.py --checks trainer_cp` "
                     "exercises it on a GPU machine)"
                 )
+
+
+# Where the `tandem sft` settings of RL-only keys live instead.
+_SFT_INSTEAD = {"lr": "sft.lr", "warmup_steps": "sft.warmup_steps"}
+
+
+def _refusal(key: str) -> str:
+    instead = _SFT_INSTEAD.get(key)
+    fix = f"use {instead}" if instead else "remove it"
+    return (
+        f"tandem sft does not read {key} (it configures RL steps or the trainer lane; SFT reads "
+        f"{', '.join(SFT_TRAINER_FIELDS)} and sft.*): {fix}"
+    )
+
+
+class _SFTCommand(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # TrainerConfig's other fields, refused by name with the reason (flows/config.py reads it).
+    refused_keys: ClassVar[dict[str, str]] = {
+        k: _refusal(k) for k in TrainerConfig.model_fields if k not in (*SFT_TRAINER_FIELDS, "sft")
+    }
+
+    def trainer(self) -> TrainerConfig:
+        """The TrainerConfig engines/trainer/sft.py takes (its other fields at their defaults)."""
+        return TrainerConfig(**self.model_dump())
+
+
+# `tandem sft`'s configuration: exactly the TrainerConfig fields supervised fine-tuning
+# reads (engines/trainer/sft.py), with TrainerConfig's own defaults and descriptions.
+SFTCommandConfig = create_model(
+    "SFTCommandConfig",
+    __base__=_SFTCommand,
+    __module__=__name__,
+    __doc__="The trainer settings `tandem sft` reads: its optimizer, rows, seed and export, and the SFT section.",
+    **{
+        k: (f.annotation, copy.deepcopy(f))
+        for k, f in TrainerConfig.model_fields.items()
+        if k in (*SFT_TRAINER_FIELDS, "sft")
+    },
+)

@@ -1,11 +1,13 @@
-"""No silent options: every field of the run configuration is read by the code it
+"""No silent options: every field of every configuration model is read by the code it
 configures, or refused with a reason where it cannot be honoured.
 
 Two checks:
-- static, over all of RunConfig: each field name is read as an attribute (`.name`)
-  somewhere in the project's code outside pydantic validators. A field nothing reads
-  fails here, so a new option cannot land unread. (A name shared by several fields
-  passes when any of them is read; the cluster options get the stricter check below.)
+- static, over every configuration model (RunConfig, the trainer lane's LaneConfig,
+  LanesConfig, the replays' configs and `tandem sft`'s): each field name is read as an
+  attribute (`.name`) somewhere in the project's code outside pydantic validators. A
+  field nothing reads fails here, so a new option cannot land unread. (A name shared by
+  several fields passes when any of them is read; `tandem sft`'s fields must be read by
+  the SFT code itself, and the cluster options get the stricter check below.)
 - observable, over inference.cluster: changing each field from its default changes
   the vLLM command line or the servers the pool starts, or is refused on the CPU
   build with a message that names the field and what to use instead.
@@ -24,7 +26,11 @@ from pydantic import BaseModel
 
 from engines.inference import disaggregation, launch
 from engines.inference.config import ClusterOptions, InferenceConfig
+from engines.trainer.config import SFTCommandConfig
+from engines.trainer.lane import LaneConfig
 from flows.config import _model_of
+from flows.lanes_config import LanesConfig
+from flows.replay_config import ReplayTrainConfig, RescoreConfig
 from flows.run_config import RunConfig
 
 pytestmark = pytest.mark.cluster
@@ -72,10 +78,12 @@ def attributes_read(tree: ast.AST) -> set[str]:
     return names
 
 
-def project_reads() -> set[str]:
+def project_reads(paths: tuple[str, ...] = SOURCES) -> set[str]:
+    """Attribute names read in the .py files under `paths` (folders or files of the project)."""
     names: set[str] = set()
-    for folder in SOURCES:
-        for path in (ROOT / folder).rglob("*.py"):
+    for entry in paths:
+        target = ROOT / entry
+        for path in [target] if target.is_file() else target.rglob("*.py"):
             names |= attributes_read(ast.parse(path.read_text(), str(path)))
     return names
 
@@ -88,17 +96,41 @@ READ_GENERICALLY = {
 }
 
 
-def unread_fields(model: type[BaseModel]) -> list[str]:
-    reads = project_reads()
+def unread_fields(model: type[BaseModel], sources: tuple[str, ...] = SOURCES) -> list[str]:
+    reads = project_reads(sources)
     return [key for key, name in fields(model) if name not in reads and key not in READ_GENERICALLY]
 
 
-def test_every_run_config_field_is_read() -> None:
-    unread = unread_fields(RunConfig)
+# Every configuration model a user fills (a flow's parameters or a command's keys), and
+# the code that must read its fields: `tandem sft`'s keys are read by SFT itself (its
+# optimizer comes from make_optimizer in rl_step.py), the others anywhere in the project.
+CONFIG_MODELS: dict[str, tuple[type[BaseModel], tuple[str, ...]]] = {
+    "RunConfig": (RunConfig, SOURCES),
+    "LaneConfig": (LaneConfig, SOURCES),
+    "LanesConfig": (LanesConfig, SOURCES),
+    "RescoreConfig": (RescoreConfig, SOURCES),
+    "ReplayTrainConfig": (ReplayTrainConfig, SOURCES),
+    "SFTCommandConfig": (SFTCommandConfig, ("engines/trainer/sft.py", "engines/trainer/rl_step.py")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_MODELS))
+def test_every_config_field_is_read(name: str) -> None:
+    model, sources = CONFIG_MODELS[name]
+    unread = unread_fields(model, sources)
     assert not unread, (
-        f"fields nothing reads: {unread}. Read each in the code it configures, or refuse it at validation with "
-        "the reason and what to use instead"
+        f"{name} fields nothing reads: {unread}. Read each in the code it configures, or refuse it at validation "
+        "with the reason and what to use instead"
     )
+
+
+def test_the_sft_code_alone_does_not_read_the_rl_keys() -> None:
+    """The narrower sources of `tandem sft` do tell read from unread: TrainerConfig's RL keys fail there."""
+    from engines.trainer.config import TrainerConfig
+
+    unread = unread_fields(TrainerConfig, CONFIG_MODELS["SFTCommandConfig"][1])
+    assert {"loss_type", "processes", "parallelism", "mixed_precision"} <= set(unread)
+    assert not set(unread) & set(SFTCommandConfig.model_fields)
 
 
 def test_an_unread_field_is_found() -> None:

@@ -139,3 +139,11 @@ def test_each_replay_has_a_deployment_whose_flow_loads() -> None:
         assert entrypoint in deployments, f"prefect.yaml has no deployment of {entrypoint}"
         flow = load_flow_from_entrypoint(str(REPO / entrypoint))
         assert flow.name == name and "config" in flow.parameters.properties
+
+
+def test_replay_train_refuses_warm_start_settings() -> None:
+    from flows.replay_config import ReplayTrainConfig
+
+    with pytest.raises(ValueError, match=r"trainer\.sft: a replay .* makes no warm start"):
+        ReplayTrainConfig(source_run="src", trainer={"sft": {"max_steps": 10}})
+    assert ReplayTrainConfig(source_run="src", trainer={"lr": 1e-3}).trainer.lr == 1e-3

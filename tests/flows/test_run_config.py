@@ -1,5 +1,7 @@
 """A run configuration that cannot work is refused before anything starts, naming the key."""
 
+import re
+
 import pytest
 
 from flows.config import ConfigError, load_config
@@ -66,3 +68,36 @@ def test_retention_keeps_at_least_the_versions_rollouts_may_use() -> None:
     assert RunConfig(rl={"async_level": 2}).retention.last(2) == 3
     with pytest.raises(ValueError, match=r"retention.keep_last \(1\) is below rl.async_level \+ 1 \(3\)"):
         RunConfig(rl={"async_level": 2}, retention={"keep_last": 1})
+
+
+def test_top_p_below_one_is_refused_for_rl_but_not_for_plain_inference() -> None:
+    from engines.inference.config import InferenceConfig
+
+    with pytest.raises(ValueError, match=r"inference\.sampling\.top_p = 0\.9: .*importance ratios.*use top_p = 1\.0"):
+        RunConfig(inference={"sampling": {"top_p": 0.9}})
+    assert RunConfig(inference={"sampling": {"top_p": 1.0}}).inference.sampling.top_p == 1.0
+    # Evaluation and benchmarks sample through InferenceConfig itself, where a nucleus is fine.
+    assert InferenceConfig(model_dir="m", sampling={"top_p": 0.9}).sampling.top_p == 0.9
+
+
+def test_inference_model_dir_is_refused_as_the_run_fills_it() -> None:
+    with pytest.raises(ValueError, match=r"inference\.model_dir = '/my/model': .*set model\.path"):
+        RunConfig(inference={"model_dir": "/my/model"})
+    assert RunConfig().inference.model_dir == ""
+
+
+@pytest.mark.parametrize(
+    ("section", "named"),
+    [
+        ({"model": {"tiny": {"num_layers": 2}}}, "model.tiny.num_layers"),
+        ({"trainer": {"sft": {"max_steps": 10}}}, "trainer.sft.max_steps"),
+        ({"trainer": {"sft": {"lr": 1e-3, "batch_size": 8}}}, "trainer.sft.lr"),
+    ],
+)
+def test_tiny_model_settings_are_refused_with_a_model_path(section: dict, named: str) -> None:
+    RunConfig(**section)  # the tiny model reads them
+    hub = {"path": "Qwen/Qwen3-30B-A3B"}
+    key = re.escape(named)
+    with pytest.raises(ValueError, match=rf"{key} = .*only to the tiny model.*unset model\.path"):
+        RunConfig(**{**section, "model": {**section.get("model", {}), **hub}})
+    assert RunConfig(model=hub).model.path == hub["path"]  # the defaults pass

@@ -73,3 +73,31 @@ def test_sft_and_eval_errors_are_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 1 and result.output.startswith("error:") and "bad.jsonl:1" in result.output
     result = CliRunner().invoke(app, ["eval", "--eval.taskz", "3"])
     assert result.exit_code == 1 and "eval.taskz" in result.output and "did you mean eval.tasks" in result.output
+
+
+def test_sft_refuses_trainer_keys_it_never_reads(tmp_path: Path, tiny_model_dir: Path) -> None:
+    data = tmp_path / "demos.jsonl"
+    data.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS))
+    base = ["sft", "--model", str(tiny_model_dir), "--data", str(data), "--out", str(tmp_path / "out")]
+    for key, value, fix in [
+        ("lr", "1e-3", "use sft.lr"),
+        ("warmup_steps", "5", "use sft.warmup_steps"),
+        ("processes", "2", "remove it"),
+        ("loss_type", "tis", "remove it"),
+    ]:
+        result = CliRunner().invoke(app, [*base, f"--{key}", value])
+        assert result.exit_code == 1, result.output
+        assert "error: invalid configuration" in result.output
+        assert f"tandem sft does not read {key}" in result.output and fix in result.output
+        assert not (tmp_path / "out").exists()
+
+
+def test_sft_command_config_is_what_sft_reads() -> None:
+    from engines.trainer.config import SFTCommandConfig, TrainerConfig
+    from engines.trainer.warm_start_cache import SFT_TRAINER_FIELDS
+
+    assert set(SFTCommandConfig.model_fields) == {*SFT_TRAINER_FIELDS, "sft"}
+    refused = set(TrainerConfig.model_fields) - set(SFTCommandConfig.model_fields)
+    assert refused == set(SFTCommandConfig.refused_keys) and {"lr", "parallelism", "mixed_precision"} <= refused
+    cfg = SFTCommandConfig(sft={"lr": 1e-3, "max_steps": 3}, seq_len=128).trainer()
+    assert (cfg.sft.lr, cfg.sft.max_steps, cfg.seq_len) == (1e-3, 3, 128)

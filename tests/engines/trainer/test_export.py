@@ -85,3 +85,24 @@ def test_export_to_s3_loads_back(tiny_model, tiny_model_dir, s3_bucket):
     ids = _ids(tiny_model)
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=ids).logits, tiny_model(input_ids=ids).logits)
+
+
+@pytest.mark.parametrize("family", ["tiny", "mixtral"])
+def test_export_is_silent_and_reloads_with_identical_logits(family, tiny_model, tmp_path, caplog, capfd):
+    import logging
+    import warnings
+
+    from engines.model.families import build_tiny
+
+    model = tiny_model if family == "tiny" else build_tiny(family)
+    capfd.readouterr()
+    with caplog.at_level(logging.WARNING), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = export_weights(model, None, str(tmp_path / "v1"), "fp32")
+    said = [r.getMessage() for r in caplog.records] + [str(w.message) for w in caught]
+    said += capfd.readouterr().err.splitlines()
+    assert not [s for s in said if "shared tensor" in s or "Removed" in s], said
+    loaded = load_moe_causal_lm(out)
+    ids = _ids(model)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits, rtol=0, atol=0)
