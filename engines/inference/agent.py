@@ -87,7 +87,7 @@ class AgentLoop:
     async def _in_thread(self, fn: Callable, *args: object):
         """`fn(*args)` on the loop's own threads (asyncio.to_thread with a pool of ours)."""
         call = functools.partial(contextvars.copy_context().run, fn, *args)
-        return await asyncio.to_thread(fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False)

@@ -175,7 +175,7 @@ def test_blocked_environment_calls_do_not_hold_other_episodes_back(
 ) -> None:
     # 12 episodes blocked in their environment at once: more than asyncio's default
     # thread pool holds on a small machine (cores + 4), where the 12th would never start.
-    barrier = threading.Barrier(12, timeout=10)
+    barrier = threading.Barrier(12, timeout=60)
     agent = agent_for(pool, tokenizer, tiny_model_dir, with_eos=True, limits={"max_concurrent_episodes": 12})
     episodes = run(agent.run_episodes([EpisodeRequest("t", "g", i, lambda: BarrierEnv(barrier)) for i in range(12)]))
     assert [e.finish_reason for e in episodes] == ["submitted"] * 12, episodes[0].infra_message
