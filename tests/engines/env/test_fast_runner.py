@@ -28,7 +28,7 @@ from engines.env.types import GradeResult, Task
 from engines.env.warm_pytest import SERVER_SCRIPT, WarmPytest, pytest_args
 from engines.env.workspace import Workspace, base_files, unified_diff
 
-from .conftest import FAST_LIMITS, needs_bwrap
+from .conftest import FAST_LIMITS
 
 TASKS = 2_100  # about 2,000 decided by the plain runner, the rest left to pytest
 BUG_KINDS = {"arithmetic", "comparison", "swapped_operands", "constant", "removed_not", "removed_minus"}
@@ -146,7 +146,6 @@ def _grades_agree(pool: GradingPool, items: list[tuple[Task, str]]) -> int:
 
 @pytest.mark.sandbox
 @pytest.mark.slow
-@needs_bwrap
 def test_plain_runner_and_pytest_agree_on_every_test(env_config, tmp_path):
     start = time.monotonic()
     tasks = generate_micro_tasks(TASKS, seed=2025)
