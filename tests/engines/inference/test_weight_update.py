@@ -9,6 +9,7 @@ checkpoint itself.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +79,17 @@ def test_a_server_killed_mid_batch_restarts_on_the_current_weights(pool: Any, ru
         batches = pool.batcher.batches_sent
         batch = [
             asyncio.create_task(
-                pool.generate(PROMPT[:-2] + [40 + i] + PROMPT[-2:], SamplingParams(max_tokens=150, seed=s))
+                pool.generate(
+                    PROMPT[:-2] + [40 + i] + PROMPT[-2:], SamplingParams(max_tokens=150, seed=s, ignore_eos=True)
+                )
             )
             for i, s in enumerate(seeds)
         ]
-        await asyncio.sleep(0.5)
+        # Kill as soon as the batches are in flight (a fixed sleep let a quiet machine
+        # finish all 150 tokens first); eos is ignored so none ends early.
+        deadline = time.monotonic() + 10
+        while not (slot.load > 0 and pool.batcher.batches_sent > batches) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         assert slot.load > 0 and pool.batcher.batches_sent > batches  # the batches are in flight
         await asyncio.to_thread(slot.process.kill)
         done = await asyncio.gather(*batch)  # held until the restart, then re-sent; none dropped
