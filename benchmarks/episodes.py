@@ -19,6 +19,9 @@ prefix-cache hit rate), tool calls (test calls: count, ms per call, of which ms
 waiting for a free sandbox), time an episode's tool call waits for a thread,
 and the share of the step the server had no request running (sampled every 50 ms).
 
+Then the run's held-out evaluation of --eval-tasks tasks (greedy and sampled passes)
+is timed (`eval_s`).
+
 Last line: one JSON object, {"bench": "episodes", "feedback_tokens_per_s",
 "oneshot_tokens_per_s", "raw_tokens_per_s", "feedback_efficiency", "step_s",
 "test_call_ms", ...}; feedback_efficiency = feedback over raw tokens per second.
@@ -55,6 +58,7 @@ from engines.inference.server_pool import ServerPool
 from engines.model.load import load_tokenizer
 from engines.model.tiny import create_tiny_model
 from engines.protocol import render_messages
+from engines.rollout.evaluate import evaluate
 from engines.rollout.step import GradeCache, grade_episodes, pool_tester
 from engines.trainer.sft import sft
 from engines.trainer.warm_start_cache import cached, warm_start_key
@@ -301,9 +305,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 fb.append(await feedback_step(agent, grader, config, tasks, args.group, attempts))
                 one.append(await feedback_step(agent, grader, config, tasks, args.group, 0))
                 raw.append(await raw_batch(pool, fb[-1]["episodes"]))
+            evaluation = await timed_evaluation(agent, grader, config, args.eval_tasks) if args.eval_tasks else {}
     finally:
         grader.close()
-    return summarize(fb, one, raw, args)
+    return {**summarize(fb, one, raw, args), **evaluation}
+
+
+async def timed_evaluation(agent: AgentLoop, grader: GradingPool, config: RunConfig, n: int) -> dict[str, Any]:
+    """The run's held-out evaluation (greedy and eval.samples sampled passes, at once) of
+    `n` held-out tasks, timed: what each evaluation before and after RL costs."""
+    tasks = generate_micro_tasks(n, seed=config.tasks.seed + 1, split="heldout")
+    greedy_cfg = agent.cfg.model_copy(update={"sampling": agent.cfg.sampling.model_copy(update={"temperature": 0.0})})
+    greedy = AgentLoop(agent.pool, agent.tok, greedy_cfg)
+    start = time.monotonic()
+    result = await evaluate(greedy, agent, grader, GradeCache(), config.env, tasks, config.eval.samples, 0)
+    return {"eval_s": round(time.monotonic() - start, 1), "eval_tasks": n, "eval_pass_at_1": result.pass_at_1}
 
 
 def summarize(fb: list[dict], one: list[dict], raw: list[tuple[int, float]], args: argparse.Namespace) -> dict:
@@ -358,6 +374,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=128, help="episodes per step (the run's rl.batch_size)")
     parser.add_argument("--group", type=int, default=8, help="episodes per task (the run's rl.group_size)")
     parser.add_argument("--rounds", type=int, default=2, help="measured steps of each path (after one warm-up)")
+    parser.add_argument("--eval-tasks", type=int, default=500, help="held-out tasks of the timed evaluation (0: none)")
     parser.add_argument("--model-dir", help="HF causal LM to serve (default: the cached warm start)")
     parser.add_argument(
         "--sft-steps", type=int, default=0, help="SFT steps of the warm start (0: the run's trainer.sft.max_steps)"
