@@ -19,6 +19,17 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+# A test that needs a vLLM or Prefect server waits about a minute on 2 cores for the
+# server to start, so it is never part of the fast inner loop (`-m "not slow"`).
+SERVER_MARKERS = ("vllm", "prefect")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(m) for m in SERVER_MARKERS) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised tiny Qwen3-MoE with a tokenizer trained on code-like text."""

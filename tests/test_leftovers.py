@@ -38,6 +38,7 @@ INNER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_the_guard_names_a_detached_child_and_kills_it(tmp_path: Path) -> None:
     (tmp_path / "test_inner.py").write_text(INNER)
     done = subprocess.run(
@@ -60,6 +61,7 @@ def test_the_guard_names_a_detached_child_and_kills_it(tmp_path: Path) -> None:
     assert left == [], left  # killed by the guard, not left to the next tests
 
 
+@pytest.mark.slow
 def test_a_fixture_wider_than_a_test_is_checked_after_its_own_teardown(tmp_path: Path) -> None:
     (tmp_path / "test_inner.py").write_text(
         "import subprocess, pytest\n\n"

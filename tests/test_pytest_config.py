@@ -18,6 +18,7 @@ def test_every_test_has_a_timeout(request: pytest.FixtureRequest) -> None:
     assert 60 <= float(request.config.getini("timeout") or 0) <= 900
 
 
+@pytest.mark.slow
 def test_a_hung_test_fails_on_the_timeout(tmp_path: Path) -> None:
     (tmp_path / "test_hang.py").write_text("import time\n\ndef test_hang():\n    time.sleep(600)\n")
     # The project's own ini, with only the limit shortened: the plugin and method come from it.
@@ -58,6 +59,7 @@ def _pytest_in(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.Co
     )
 
 
+@pytest.mark.slow
 def test_a_missing_bwrap_fails_the_run_unless_the_sandbox_tests_are_deselected(tmp_path: Path) -> None:
     (tmp_path / "test_needs.py").write_text(
         "import pytest\n\n@pytest.mark.sandbox\ndef test_sandboxed():\n    pass\n\ndef test_plain():\n    pass\n"

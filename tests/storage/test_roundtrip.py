@@ -55,6 +55,7 @@ _lake_dir = tempfile.TemporaryDirectory(prefix="lake-roundtrip-")
 _examples = iter(range(10**9))
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=st.lists(episode_rows(), min_size=1, max_size=8), step=st.integers(0, 10**6))
 def test_any_episodes_round_trip_through_pyarrow_and_duckdb(rows: list[dict], step: int) -> None:

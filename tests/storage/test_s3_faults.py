@@ -62,6 +62,7 @@ def _create_bucket(port: int, name: str) -> None:
     ).create_bucket(Bucket=name)
 
 
+@pytest.mark.slow
 def test_a_shard_write_survives_the_s3_server_killed_mid_upload(monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in {
         "AWS_ACCESS_KEY_ID": "testing",

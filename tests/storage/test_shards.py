@@ -59,6 +59,7 @@ def kill_during_write(proc: subprocess.Popen, write_index: int, rng: random.Rand
     return max([write_index, *started_after])
 
 
+@pytest.mark.slow
 def test_a_writer_killed_during_a_write_leaves_no_partial_shard(lake_root: str) -> None:
     rng = random.Random(0)
     store = open_store(lake_root)
@@ -75,6 +76,7 @@ def test_a_writer_killed_during_a_write_leaves_no_partial_shard(lake_root: str) 
         assert set(expected) - set(visible) <= {f"s{killed_at}.parquet"}
 
 
+@pytest.mark.slow
 def test_a_writer_killed_while_rewriting_leaves_the_old_or_new_shard_whole(lake_root: str) -> None:
     rng = random.Random(1)
     store = open_store(lake_root)
@@ -97,6 +99,7 @@ def test_rewriting_a_shard_replaces_it_without_duplicates(lake_root: str) -> Non
     assert lake.sql("SELECT count(*), count(DISTINCT sample_index) FROM rollouts").fetchall() == [(10, 10)]
 
 
+@pytest.mark.slow
 def test_two_writers_and_a_reader_at_once_see_only_whole_shards(lake_root: str) -> None:
     steps, rows = 4, 200
     store = open_store(lake_root)

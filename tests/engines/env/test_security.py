@@ -74,6 +74,7 @@ def _tandem_cgroups() -> set[Path]:
     return {d for c in ("pids", "memory") for d in Path(f"/sys/fs/cgroup/{c}/tandem-env").glob("*") if d.is_dir()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("warm", [True, False], ids=["warm-sandbox", "cold-sandbox"])
 def test_attacks_are_contained_and_graded_as_failures(micro_tasks, env_config, host_dir, fix_server, warm):
     env_config = env_config.model_copy(update={"warm_pytest": warm})
