@@ -47,8 +47,9 @@ class WandbSink:
             # Offline runs cannot be resumed in place: a restart writes a new file with the same id.
             resume="allow" if config.wandb_mode == "online" else None,
             config=dict(settings),
-            # quiet: the terminal shows the step lines only; console off: W&B leaves stdout alone.
-            settings=wandb.Settings(quiet=True, console="off", reinit="create_new"),
+            # silent: the terminal shows the step lines only (quiet still prints where the
+            # offline files are); console off: W&B leaves stdout alone.
+            settings=wandb.Settings(silent=True, console="off", reinit="create_new"),
         )
         self.rows: list[dict[str, Any]] = []
 
