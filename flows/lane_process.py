@@ -17,6 +17,7 @@ from pathlib import Path
 
 from engines.lifetime import exit_with_parent, owner_env
 from engines.trainer.lane import LaneConfig
+from flows.metrics import MetricsConfig
 from tasks.progress import say
 
 
@@ -27,12 +28,12 @@ class TrainerProcess:
         config_file: Path,
         max_restarts: int = 3,
         threads: int = 1,
-        tensorboard_dir: str | None = None,
+        metrics: MetricsConfig | None = None,
     ) -> None:
         config_file.write_text(cfg.model_dump_json(indent=1))
         self.cmd = [sys.executable, "-m", "flows.trainer_lane", "--config", str(config_file)]
-        if tensorboard_dir:
-            self.cmd += ["--tensorboard-dir", tensorboard_dir]
+        if metrics is not None and metrics.writes():
+            self.cmd += ["--metrics", metrics.model_dump_json()]
         # Generation and training get their own cores: torch in each trainer rank
         # (`trainer.processes` of them) uses `threads`.
         # owner_env: the lane and its ranks end themselves when this process is gone,

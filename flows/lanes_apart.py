@@ -79,7 +79,7 @@ async def run_lanes_apart(config: RunConfig, model_dir: str) -> dict[str, Any]:
         asyncio.create_task(
             supervise(
                 lanes.trainer_deployment,
-                {"config": trainer.model_dump(mode="json"), "tensorboard_dir": config.metrics.tensorboard_dir},
+                {"config": trainer.model_dump(mode="json"), "metrics": config.metrics.model_dump(mode="json")},
                 lanes,
             )
         ),

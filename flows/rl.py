@@ -72,7 +72,7 @@ async def _lanes_here(config: RunConfig, corpus: str, v0: str) -> dict[str, Any]
             trainer=config.trainer,
         ),
         work / "trainer_lane.json",
-        tensorboard_dir=config.metrics.tensorboard_dir,
+        metrics=config.metrics,
     )
     lanes = [asyncio.create_task(rollout_lane(config, corpus)), asyncio.create_task(trainer.run())]
     try:

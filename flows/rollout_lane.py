@@ -18,7 +18,7 @@ from engines.env.corpus import load_corpus
 from engines.rollout.lane import RolloutLane
 from flows.metrics import MetricsSink, metrics_sink
 from flows.run_config import RunConfig
-from flows.runtime import open_rollout_lane
+from flows.runtime import open_rollout_lane, work_dir
 from storage.atomic import write_bytes_atomic
 from storage.fs import open_store
 from tasks.limits import ROLLOUT_LIMIT, SLOT_LEASE_S
@@ -38,14 +38,19 @@ async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
         concurrency(ROLLOUT_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S),
         open_rollout_lane(config, store, train, heldout) as lane,
     ):
-        before = await _evaluation(lane, config, "before")
-        loop_start, cpu_start = time.monotonic(), psutil.cpu_times()
-        steps = await _steps(lane, config)
-        await load_final_policy(lane, config.rl.steps)  # the trainer's last publication
-        await _retain(lane, config)
-        loop_s = time.monotonic() - loop_start
-        cpu_busy = busy_share(cpu_start, psutil.cpu_times())
-        after = await _evaluation(lane, config, "after")
+        sink = metrics_sink(config.metrics, "rollout", config.run, work_dir(config), config.model_dump(mode="json"))
+        try:
+            before = await _evaluation(lane, config, "before", 0, sink)
+            loop_start, cpu_start = time.monotonic(), psutil.cpu_times()
+            steps = await _run_steps(lane, config, sink)
+            await load_final_policy(lane, config.rl.steps)  # the trainer's last publication
+            await _retain(lane, config)
+            loop_s = time.monotonic() - loop_start
+            cpu_busy = busy_share(cpu_start, psutil.cpu_times())
+            after = await _evaluation(lane, config, "after", config.rl.steps, sink)
+        finally:
+            if sink is not None:
+                sink.close()
     return {"before": before, "after": after, "steps": steps, "loop_s": loop_s, "cpu_busy": cpu_busy}
 
 
@@ -55,15 +60,6 @@ def busy_share(start: tuple[float, ...], end: tuple[float, ...]) -> float:
     idle = lambda t: t.idle + getattr(t, "iowait", 0.0)  # noqa: E731 - iowait exists on Linux only
     total = sum(end) - sum(start)
     return round(1 - (idle(end) - idle(start)) / total, 3) if total > 0 else 0.0
-
-
-async def _steps(lane: RolloutLane, config: RunConfig) -> list[dict]:
-    sink = metrics_sink(config.metrics, "rollout")
-    try:
-        return await _run_steps(lane, config, sink)
-    finally:
-        if sink is not None:
-            sink.close()
 
 
 async def _run_steps(lane: RolloutLane, config: RunConfig, sink: MetricsSink | None) -> list[dict]:
@@ -100,13 +96,16 @@ async def _retain(lane: RolloutLane, config: RunConfig) -> None:
         print(f"[rollout] weight versions deleted by retention: {dropped}")
 
 
-async def _evaluation(lane: RolloutLane, config: RunConfig, name: str) -> dict:
-    """Evaluate the served policy once per (run, name); stored as JSON beside the run."""
+async def _evaluation(lane: RolloutLane, config: RunConfig, name: str, step: int, sink: MetricsSink | None) -> dict:
+    """Evaluate the served policy once per (run, name); stored as JSON beside the run, and
+    a row of the trackers' evaluation table at `step` (once: not again on a resume)."""
     store, path = lane.store, f"{config.run}/evals/{name}.json"
     if store.fs.exists(store.path(path)):
         return json.loads(store.fs.cat_file(store.path(path)))
     result = await evaluate_policy(lane, config.eval.samples, name)
     write_bytes_atomic(store, path, json.dumps(result).encode())
+    if sink is not None:
+        sink.log_evaluation(step, name, result)
     shown = {k: v for k, v in result.items() if k != "solved"}  # the solved task ids are for paired tests
     say(f"[eval] {name}: " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
     return result

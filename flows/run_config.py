@@ -319,7 +319,8 @@ class RunConfig(BaseModel):
         default_factory=RetentionConfig, description="Weight versions kept as the run goes."
     )
     metrics: MetricsConfig = Field(
-        default_factory=MetricsConfig, description="Per-step metrics for TensorBoard (off by default)."
+        default_factory=MetricsConfig,
+        description="Per-step metrics and held-out evaluations for TensorBoard, W&B and MLflow (off by default).",
     )
     lanes: LanesConfig = Field(
         default_factory=LanesConfig, description="Lanes on other machines, as deployments (off by default)."
@@ -347,11 +348,12 @@ class RunConfig(BaseModel):
                 f"trainer.temperature ({self.trainer.temperature}) differs from inference.sampling.temperature "
                 f"({sampled_at}): the RL loss compares the trainer's logprobs with the sampler's, so set both to the same value"
             )
-        if self.metrics.tensorboard_dir and self.trainer.processes > 1:
+        if self.metrics.writes() and self.trainer.processes > 1:
             raise ValueError(
-                f"metrics.tensorboard_dir: the trainer lane writes TensorBoard metrics in-process only, and "
-                f"trainer.processes = {self.trainer.processes} runs it under torchrun; unset metrics.tensorboard_dir "
-                "(the steps table in the lake has every metric) or use trainer.processes = 1"
+                f"metrics.sinks {self.metrics.sinks}: the trainer lane logs to trackers in-process only, and "
+                f"trainer.processes = {self.trainer.processes} runs it under torchrun; leave metrics.tensorboard_dir unset "
+                "and drop 'wandb' and 'mlflow' from metrics.sinks (the steps table in the lake has every metric), or "
+                "use trainer.processes = 1"
             )
         needed = self.rl.async_level + 1
         if self.retention.keep_last is not None and self.retention.keep_last < needed:

@@ -21,11 +21,15 @@ from storage.fs import Store
 
 
 def work_dir(config: RunConfig) -> Path:
-    """Local files of a run (corpus, server logs, trainer state): inside the run when
-    the lake is local, in the cache when it is on S3."""
-    root = config.storage.root
+    """Local files of a run (corpus, server logs, trainer state, trackers' files): inside
+    the run when the lake is local, in the cache when it is on S3."""
+    return run_work_dir(config.storage.root, config.run)
+
+
+def run_work_dir(root: str, run: str) -> Path:
+    """work_dir for a lake root and run name (the trainer lane has no RunConfig)."""
     base = Path.home() / ".cache" / "tandem-rl" / "work" if root.startswith("s3://") else Path(root).absolute()
-    path = base / config.run
+    path = base / run
     path.mkdir(parents=True, exist_ok=True)
     return path
 

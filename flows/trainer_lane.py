@@ -17,13 +17,14 @@ from prefect.concurrency.sync import concurrency
 from engines.lifetime import end_with_owner
 from engines.trainer.lane import LaneConfig, TrainerLane
 from flows.metrics import MetricsConfig, MetricsSink, metrics_sink
+from flows.runtime import run_work_dir
 from tasks.limits import SLOT_LEASE_S, TRAINING_LIMIT
 from tasks.progress import say
 from tasks.trainer import torchrun_steps, train_step, wait_for_rollouts
 
 
 @flow(name="trainer-lane", log_prints=True)
-def trainer_lane(config: LaneConfig, tensorboard_dir: str | None = None) -> list[dict]:
+def trainer_lane(config: LaneConfig, metrics: MetricsConfig | None = None) -> list[dict]:
     # One trainer owns the machine's cores or devices for its whole life. Taking the slot
     # once per step instead cost about 2 s per step: right after a release Prefect's
     # slot accounting still refuses the next acquisition for a while.
@@ -31,7 +32,13 @@ def trainer_lane(config: LaneConfig, tensorboard_dir: str | None = None) -> list
         if config.trainer.processes > 1:
             torchrun_steps(config, config.trainer.processes)
             return []
-        return _train_in_process(config, metrics_sink(MetricsConfig(tensorboard_dir=tensorboard_dir), "trainer"))
+        return _train_in_process(config, _sink(config, metrics or MetricsConfig(sinks=[])))
+
+
+def _sink(config: LaneConfig, metrics: MetricsConfig) -> MetricsSink | None:
+    """The run's trackers for this lane, their local files in the run's directory."""
+    run_dir = run_work_dir(config.storage.root, config.run)
+    return metrics_sink(metrics, "trainer", config.run, run_dir, config.model_dump(mode="json"))
 
 
 def _train_in_process(config: LaneConfig, sink: MetricsSink | None = None) -> list[dict]:
@@ -65,12 +72,15 @@ def _train_in_process(config: LaneConfig, sink: MetricsSink | None = None) -> li
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the trainer lane flow from a LaneConfig JSON file.")
     parser.add_argument("--config", required=True)
-    parser.add_argument("--tensorboard-dir", default=None, help="Also write each step's metrics here (TensorBoard).")
+    parser.add_argument(
+        "--metrics", default=None, help="MetricsConfig JSON: the trackers that get each step's metrics."
+    )
     args = parser.parse_args(argv)
     # Started by a run (flows/lane_process.py): this lane and torchrun under it end with the run.
     end_with_owner()
     cfg = LaneConfig.model_validate(json.loads(Path(args.config).read_text()))
-    trainer_lane(cfg, args.tensorboard_dir)
+    metrics = MetricsConfig.model_validate_json(args.metrics) if args.metrics else None
+    trainer_lane(cfg, metrics)
     return 0
 
 

@@ -1,5 +1,6 @@
 """Per-step metrics in TensorBoard event files: off by default, and what is written
-reads back as TensorBoard would read it (TFRecord framing, Event protos)."""
+reads back as TensorBoard would read it (TFRecord framing, Event protos). The W&B and
+MLflow sinks, through a real run, are in test_trackers.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from tensorboardX.proto.event_pb2 import Event
 
 from flows.config import load_config
-from flows.metrics import TensorBoardSink, metrics_sink
+from flows.metrics import SinkGroup, TensorBoardSink, metrics_sink
 from flows.run_config import RunConfig
 
 
@@ -28,23 +29,30 @@ def read_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
     return scalars
 
 
-def test_metrics_are_off_by_default() -> None:
-    assert metrics_sink(load_config(RunConfig, None, []).metrics, "rollout") is None
+def test_metrics_are_off_by_default(tmp_path: Path) -> None:
+    config = load_config(RunConfig, None, []).metrics
+    assert config.sinks == ["tensorboard"] and not config.writes()
+    assert metrics_sink(config, "rollout", "r", tmp_path) is None
 
 
 def test_rollout_and_trainer_steps_read_back_from_one_folder(tmp_path: Path) -> None:
     cfg = load_config(RunConfig, None, ["--metrics.tensorboard_dir", str(tmp_path / "tb")])
-    rollout, trainer = metrics_sink(cfg.metrics, "rollout"), TensorBoardSink(cfg.metrics.tensorboard_dir, "trainer")
-    assert isinstance(rollout, TensorBoardSink)
+    rollout = metrics_sink(cfg.metrics, "rollout", "r", tmp_path)
+    trainer = metrics_sink(cfg.metrics, "trainer", "r", tmp_path)
+    assert isinstance(rollout, SinkGroup) and isinstance(rollout.sinks[0], TensorBoardSink)
+    assert trainer is not None
     for step in range(3):
         rollout.log(
             step, {"reward_mean": 0.1 * step, "tokens": 100 + step, "policy_version": step, "notes": "text"}, "rollout"
         )
         trainer.log(step, {"loss": -0.5 * step, "grad_norm": 1.0, "step": step}, "trainer")
+    rollout.log_evaluation(3, "after", {"pass@1": 0.25, "tasks": 4, "solved": ["a"]})
     rollout.close()
     trainer.close()
     scalars = read_scalars(tmp_path / "tb")
     assert set(scalars) == {
+        "eval/after/pass_at_1",
+        "eval/after/tasks",
         "rollout/reward_mean",
         "rollout/tokens",
         "rollout/policy_version",
@@ -54,3 +62,4 @@ def test_rollout_and_trainer_steps_read_back_from_one_folder(tmp_path: Path) -> 
     assert [s for s, _ in scalars["rollout/reward_mean"]] == [0, 1, 2]
     assert [round(v, 5) for _, v in scalars["rollout/reward_mean"]] == [0.0, 0.1, 0.2]
     assert [v for _, v in scalars["trainer/loss"]] == [0.0, -0.5, -1.0]
+    assert scalars["eval/after/pass_at_1"] == [(3, 0.25)]
