@@ -17,6 +17,7 @@ from prefect.concurrency.sync import concurrency
 from engines.lifetime import end_with_owner
 from engines.trainer.lane import LaneConfig, TrainerLane
 from flows.metrics import MetricsConfig, MetricsSink, metrics_sink
+from flows.prefect_child import run_child
 from tasks.limits import SLOT_LEASE_S, TRAINING_LIMIT
 from tasks.progress import say
 from tasks.trainer import torchrun_steps, train_step, wait_for_rollouts
@@ -66,9 +67,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the trainer lane flow from a LaneConfig JSON file.")
     parser.add_argument("--config", required=True)
     parser.add_argument("--tensorboard-dir", default=None, help="Also write each step's metrics here (TensorBoard).")
+    parser.add_argument(
+        "--flow-run-id",
+        default=None,
+        help="Run this flow run (created by the rl flow as its child, with the same parameters) "
+        "instead of a new top-level one.",
+    )
     args = parser.parse_args(argv)
     # Started by a run (flows/lane_process.py): this lane and torchrun under it end with the run.
     end_with_owner()
+    if args.flow_run_id:
+        run_child(trainer_lane, args.flow_run_id)
+        return 0
     cfg = LaneConfig.model_validate(json.loads(Path(args.config).read_text()))
     trainer_lane(cfg, args.tensorboard_dir)
     return 0
