@@ -29,6 +29,13 @@ from tasks.rollout import evaluate_policy
 
 @flow(name="evaluate", log_prints=True)
 async def evaluate(config: RunConfig = RunConfig(), corpus_dir: str | None = None, run: str | None = None) -> dict:
+    """Held-out pass@1 and pass@k of a run's newest weights.
+
+    Args:
+        config: Evaluation, inference and lake settings (`eval.tasks`, `eval.samples`, `storage.root`).
+        corpus_dir: The corpus whose held-out tasks are evaluated; default: the one the run recorded.
+        run: The run to evaluate, or `newest` (the rl run that started last); default: `config.run`.
+    """
     store = open_store(config.storage)
     if run is not None:
         config = config.model_copy(update={"run": resolve_run(store, run)})

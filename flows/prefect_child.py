@@ -20,7 +20,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import FlowRun
 from prefect.context import FlowRunContext
 from prefect.flow_engine import run_flow
-from prefect.states import Completed, Failed, Pending, Running
+from prefect.states import Completed, Crashed, Failed, Pending, Running
 
 
 class ChildRun:
@@ -30,10 +30,15 @@ class ChildRun:
         self.task_run_id, self.flow_run = task_run_id, flow_run
 
     async def finish(self, ok: bool, message: str = "") -> None:
-        """Close the stand-in task run, so the parent's graph shows how the child ended."""
+        """Close the stand-in task run, so the parent's graph shows how the child ended, and
+        mark the child's flow run Crashed when its process died before it could say so
+        (killed): otherwise the UI would show it Running for good."""
         async with get_client() as client:
             state = Completed(message=message) if ok else Failed(message=message)
             await client.set_task_run_state(self.task_run_id, state, force=True)
+            current = (await client.read_flow_run(self.flow_run.id)).state
+            if current is None or not current.is_final():
+                await client.set_flow_run_state(self.flow_run.id, Crashed(message=message), force=True)
 
 
 async def create_child_run(child: Flow[..., Any], parameters: dict[str, Any]) -> ChildRun | None:
