@@ -1,5 +1,11 @@
 """What a user sees of a run in the Prefect UI: a per-step table, reward and
-pass-rate curves as a picture, and a summary with a ready `tandem query`.
+pass-rate curves as a picture, and a summary with a ready `tandem query` that links
+the other two.
+
+The table and the curve keep one key per run and are created again after every
+rollout step: each creation under a key is a new version of that artifact, so the UI
+always shows the newest and keeps the history. The rl flow's summary replaces them
+with the trainer's full per-step table at the end.
 
 The async artifact calls are used because the flows are async: Prefect's sync
 variants turn into un-awaited coroutines there and silently create nothing."""
@@ -15,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: no display on servers and CI
 import matplotlib.pyplot as plt
 from prefect.artifacts import acreate_image_artifact, acreate_markdown_artifact, acreate_table_artifact
+from prefect.settings import PREFECT_UI_URL
 
 STEP_COLUMNS = [
     "step",
@@ -52,13 +59,27 @@ def curve_png(steps: list[dict[str, Any]]) -> bytes:
     return buf.getvalue()
 
 
+def steps_key(run: str) -> str:
+    return f"{slug(run)}-steps"
+
+
+def curve_key(run: str) -> str:
+    return f"{slug(run)}-curve"
+
+
 async def publish_step_artifacts(run: str, steps: list[dict[str, Any]]) -> None:
-    """Table of per-step metrics and the curve image (as a data URL, no file server needed)."""
-    key = slug(run)
+    """Table of per-step metrics and the curve image (as a data URL, no file server needed):
+    a new version of each of the run's two artifacts."""
     rows = [{c: _fmt(r.get(c)) for c in STEP_COLUMNS} for r in steps]
-    await acreate_table_artifact(key=f"{key}-steps", table=rows, description=f"Per-step metrics of run {run}")
+    await acreate_table_artifact(key=steps_key(run), table=rows, description=f"Per-step metrics of run {run}")
     url = "data:image/png;base64," + base64.b64encode(curve_png(steps)).decode()
-    await acreate_image_artifact(image_url=url, key=f"{key}-curve", description=f"Reward and pass rate of run {run}")
+    await acreate_image_artifact(image_url=url, key=curve_key(run), description=f"Reward and pass rate of run {run}")
+
+
+def artifact_link(key: str) -> str:
+    """A markdown link to the artifact's page (all its versions) in the Prefect UI."""
+    ui = PREFECT_UI_URL.value()
+    return f"[`{key}`]({ui.rstrip('/')}/artifacts/key/{key})" if ui else f"`{key}`"
 
 
 async def publish_summary(run: str, root: str, summary: dict[str, Any]) -> str:
@@ -74,6 +95,8 @@ async def publish_summary(run: str, root: str, summary: dict[str, Any]) -> str:
         '  "SELECT step, avg(reward) AS reward, avg(resolved::INT) AS pass_rate, '
         'max(step - min_policy_version) AS staleness FROM rollouts GROUP BY step ORDER BY step"',
         "```",
+        "",
+        f"Per-step table: {artifact_link(steps_key(run))}; reward and pass-rate curve: {artifact_link(curve_key(run))}.",
     ]
     markdown = "\n".join(lines)
     await acreate_markdown_artifact(key=f"{slug(run)}-summary", markdown=markdown, description=f"Summary of run {run}")

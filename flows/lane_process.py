@@ -1,9 +1,16 @@
 """The trainer lane as a supervised child process.
 
 The lanes run in separate processes (in one process they would fight over the GIL,
-and Prefect runs sync subflows started from threads one after another). A trainer
-process that dies is started again, up to `max_restarts` times; it resumes from its
-last saved state, so no step is lost or applied twice.
+and Prefect runs sync subflows started from threads one after another). Started
+from a flow run (the `rl` flow), each start of the lane is a flow run recorded as a
+child of it (flows/prefect_child.py), so the UI shows the lane under its run.
+
+A trainer process that dies is started again, up to `max_restarts` times
+(`lanes.max_restarts`); it resumes from its last saved state, so no step is lost or
+applied twice. This is the process-level equivalent of Prefect's flow retries:
+Prefect retries a failed flow inside the process that ran it, which a killed process
+cannot do, so every start is a new child flow run of the same parent and the count
+of starts is bounded here.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from pathlib import Path
 from engines.lifetime import exit_with_parent, owner_env
 from engines.trainer.lane import LaneConfig
 from flows.metrics import MetricsConfig
+from flows.prefect_child import create_child_run
+from flows.trainer_lane import trainer_lane
 from tasks.progress import say
 
 
@@ -26,14 +35,20 @@ class TrainerProcess:
         self,
         cfg: LaneConfig,
         config_file: Path,
-        max_restarts: int = 3,
+        max_restarts: int,
         threads: int = 1,
         metrics: MetricsConfig | None = None,
     ) -> None:
         config_file.write_text(cfg.model_dump_json(indent=1))
         self.cmd = [sys.executable, "-m", "flows.trainer_lane", "--config", str(config_file)]
-        if metrics is not None and metrics.writes():
-            self.cmd += ["--metrics", metrics.model_dump_json()]
+        trackers = metrics if metrics is not None and metrics.writes() else None
+        if trackers is not None:
+            self.cmd += ["--metrics", trackers.model_dump_json()]
+        # The child flow run's parameters: what `--flow-run-id` runs the lane with.
+        self.parameters = {
+            "config": cfg.model_dump(mode="json"),
+            "metrics": None if trackers is None else trackers.model_dump(mode="json"),
+        }
         # Generation and training get their own cores: torch in each trainer rank
         # (`trainer.processes` of them) uses `threads`.
         # owner_env: the lane and its ranks end themselves when this process is gone,
@@ -56,10 +71,14 @@ class TrainerProcess:
     async def run(self) -> None:
         """Run until the lane exits cleanly; restart it when it dies."""
         while True:
+            child = await create_child_run(trainer_lane, self.parameters)
+            cmd = self.cmd if child is None else [*self.cmd, "--flow-run-id", str(child.flow_run.id)]
             self.proc = await asyncio.create_subprocess_exec(
-                *self.cmd, env=self.env, start_new_session=True, preexec_fn=self._pin
+                *cmd, env=self.env, start_new_session=True, preexec_fn=self._pin
             )
             code = await self.proc.wait()
+            if child is not None:
+                await child.finish(code == 0, f"trainer lane process exited with code {code}")
             if code == 0:
                 return
             if self.restarts >= self.max_restarts:

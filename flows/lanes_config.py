@@ -25,8 +25,9 @@ class LanesConfig(BaseModel):
     max_restarts: int = Field(
         3,
         ge=0,
-        description="Times a deployed lane that crashed or failed is submitted again (any worker of its pool may "
-        "take it; it resumes from the lake).",
+        description="Times a lane that crashed or failed is started again: a trainer lane process of the rl flow "
+        "(a new child flow run each time), or a deployed lane's run submitted again (any worker of its pool may "
+        "take it). Either resumes at its last step.",
     )
     poll_interval_s: float = Field(2.0, gt=0, description="Seconds between checks of a deployed lane's state.")
 

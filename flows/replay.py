@@ -27,6 +27,7 @@ from engines.trainer.lane import LaneConfig
 from flows.prefect_setup import ensure_limits
 from flows.provenance import corpus_fields, start_record
 from flows.replay_config import ReplayTrainConfig, RescoreConfig
+from flows.replay_source import resolve_run
 from flows.resume import check_resume
 from flows.run_config import RunTrainerConfig
 from flows.trainer_lane import trainer_lane
@@ -38,7 +39,8 @@ from tasks.replay import rescore_step
 @flow(name="replay-rescore", log_prints=True)
 def replay_rescore(config: RescoreConfig) -> dict[str, Any]:
     store = open_store(config.storage)
-    shards.require_run(store, config.source_run)  # names the runs that exist
+    config = config.with_source(resolve_run(store, config.source_run))  # names the runs that exist
+    assert config.run is not None  # named by with_source
     source = runs.latest_start(store, config.source_run) or {}
     tasks = run_tasks(store, config.source_run, config.corpus_path or source.get("corpus_path"))
     _check_corpus(tasks, source, config.source_run)
@@ -80,7 +82,7 @@ def replay_rescore(config: RescoreConfig) -> dict[str, Any]:
 def replay_train(config: ReplayTrainConfig) -> dict[str, Any]:
     ensure_limits()  # the trainer lane takes a slot of the training limit
     store = open_store(config.storage)
-    shards.require_run(store, config.source_run)
+    config = config.with_source(resolve_run(store, config.source_run))
     source = runs.latest_start(store, config.source_run) or {}
     steps = _source_steps(store, config)
     resolved = config.model_copy(

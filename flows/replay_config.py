@@ -14,6 +14,7 @@ from typing import ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engines.env.config import EnvConfig
+from flows.replay_source import NEWEST
 from flows.run_config import RunTrainerConfig
 from storage.config import StorageConfig
 from storage.layout import check_name
@@ -30,7 +31,7 @@ class _Replay(BaseModel):
     source_run: str = Field(
         ...,
         description="Run whose stored trajectories are read (rescore: its final patches; train: its rollouts); "
-        "it is never written.",
+        "it is never written. 'newest': the rl run of the lake that started last (for schedules).",
     )
     run: str | None = Field(
         None,
@@ -42,15 +43,22 @@ class _Replay(BaseModel):
     @model_validator(mode="after")
     def _names(self) -> Self:
         check_name("run", self.source_run)
-        if self.run is None:
-            self.run = f"{self.source_run[:100]}-{self.kind}-{datetime.now():%Y%m%d-%H%M%S}"
-        check_name("run", self.run)
-        if self.run == self.source_run:
+        if self.source_run == NEWEST:
+            return self  # named by the flow once it has found the newest run (with_source)
+        return self.with_source(self.source_run)
+
+    def with_source(self, source_run: str) -> Self:
+        """This config reading `source_run`, with the new run's default name when none was given."""
+        out = self if source_run == self.source_run else self.model_copy(update={"source_run": source_run})
+        if out.run is None:
+            out.run = f"{source_run[:100]}-{self.kind}-{datetime.now():%Y%m%d-%H%M%S}"
+        check_name("run", out.run)
+        if out.run == source_run:
             raise ValueError(
-                f"run: {self.run!r} is the source run; give the {self.kind} its own run name "
+                f"run: {out.run!r} is the source run; give the {self.kind} its own run name "
                 "(the source run is never written)"
             )
-        return self
+        return out
 
 
 class RescoreConfig(_Replay):

@@ -59,7 +59,8 @@ async def rl(config: RunConfig = RunConfig()) -> dict[str, Any]:
 
 
 async def _lanes_here(config: RunConfig, corpus: str, v0: str) -> dict[str, Any]:
-    """The rollout lane in this process, the trainer lane in a supervised child."""
+    """The rollout lane in this process, the trainer lane in a supervised child process
+    (a child flow run of this one, started again up to `lanes.max_restarts` times)."""
     work = work_dir(config)
     trainer = TrainerProcess(
         LaneConfig(
@@ -72,6 +73,7 @@ async def _lanes_here(config: RunConfig, corpus: str, v0: str) -> dict[str, Any]
             trainer=config.trainer,
         ),
         work / "trainer_lane.json",
+        max_restarts=config.lanes.max_restarts,
         metrics=config.metrics,
     )
     lanes = [asyncio.create_task(rollout_lane(config, corpus)), asyncio.create_task(trainer.run())]

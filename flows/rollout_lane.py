@@ -1,7 +1,7 @@
 """The rollout lane: one flow run that owns the vLLM servers. It evaluates the
 starting policy, then for each step waits for a fresh-enough policy, loads it,
-generates + grades + writes the step's shard, and finally evaluates the last
-policy. Resumable: a step whose shard exists is skipped, an evaluation already
+generates + grades + writes the step's shard, updates the run's step table and
+reward curve artifacts, and finally evaluates the last policy. Resumable: a step whose shard exists is skipped, an evaluation already
 stored is not redone."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from prefect.concurrency.asyncio import concurrency
 
 from engines.env.corpus import load_corpus
 from engines.rollout.lane import RolloutLane
+from flows.artifacts import publish_step_artifacts
 from flows.metrics import MetricsSink, metrics_sink
 from flows.run_config import RunConfig
 from flows.runtime import open_rollout_lane, work_dir
@@ -76,6 +77,7 @@ async def _run_steps(lane: RolloutLane, config: RunConfig, sink: MetricsSink | N
         if sink is not None:
             sink.log(step, metrics, "rollout")
         say(f"[rollout] step {step + 1}/{config.rl.steps} " + step_line(metrics))
+        await publish_step_artifacts(config.run, results)  # watchable in the UI as the run goes
         await _retain(lane, config)  # as the run goes: a long run must not end on a full disk
     return results
 

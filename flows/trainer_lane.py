@@ -17,6 +17,7 @@ from prefect.concurrency.sync import concurrency
 from engines.lifetime import end_with_owner
 from engines.trainer.lane import LaneConfig, TrainerLane
 from flows.metrics import MetricsConfig, MetricsSink, metrics_sink
+from flows.prefect_child import run_child
 from flows.runtime import run_work_dir
 from tasks.limits import SLOT_LEASE_S, TRAINING_LIMIT
 from tasks.progress import say
@@ -75,9 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--metrics", default=None, help="MetricsConfig JSON: the trackers that get each step's metrics."
     )
+    parser.add_argument(
+        "--flow-run-id",
+        default=None,
+        help="Run this flow run (created by the rl flow as its child, with the same parameters) "
+        "instead of a new top-level one.",
+    )
     args = parser.parse_args(argv)
     # Started by a run (flows/lane_process.py): this lane and torchrun under it end with the run.
     end_with_owner()
+    if args.flow_run_id:
+        run_child(trainer_lane, args.flow_run_id)
+        return 0
     cfg = LaneConfig.model_validate(json.loads(Path(args.config).read_text()))
     metrics = MetricsConfig.model_validate_json(args.metrics) if args.metrics else None
     trainer_lane(cfg, metrics)

@@ -38,7 +38,7 @@ OWNER = textwrap.dedent("""
     with prefect_api(work / "prefect-home", deadline_s=300):
         ensure_limits()
         # No rollouts ever come: the lane and its ranks wait for step 0 until killed.
-        asyncio.run(TrainerProcess(cfg, work / "trainer_lane.json").run())
+        asyncio.run(TrainerProcess(cfg, work / "trainer_lane.json", max_restarts=3).run())
 """)
 
 

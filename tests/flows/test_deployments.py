@@ -1,0 +1,377 @@
+"""Every deployment of prefect.yaml and each of its schedules, run once the way a user
+runs them: `prefect deploy --all` against a real Prefect server, process workers on
+the three pools, and flow runs created through the Prefect API with the parameters a
+user would pass. Each must end Completed with its work in the lake or on disk.
+
+One server, one set of workers and one lake serve the whole module (the tests build
+on each other in file order: the rl runs are the finished runs that the evaluation,
+re-grade and re-train deployments read)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from engines.env.corpus import load_corpus
+from flows.artifacts import curve_key, steps_key
+from storage import checkpoints, runs
+from storage.fs import open_store
+from storage.query import connect
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [
+    pytest.mark.deployments,
+    pytest.mark.slow,
+    pytest.mark.prefect,
+    pytest.mark.vllm,
+    pytest.mark.sandbox,
+]
+POOLS = ("tandem-process", "tandem-rollout", "tandem-trainer")
+STEPS = 3
+
+
+def _rl_config(root: Path, run: str, steps: int = STEPS, **extra: Any) -> dict:
+    return {
+        "run": run,
+        "storage": {"root": str(root)},
+        "tasks": {"train_tasks": 32, "heldout_tasks": 4},
+        "eval": {"tasks": 4, "samples": 1},
+        "rl": {"steps": steps, "batch_size": 8, "group_size": 4, "async_level": 1},
+        "trainer": {"packing": False, "micro_batch_rows": 16, "seq_len": 512, "sft": {"max_steps": 5}},
+        **extra,
+    }
+
+
+def _yaml_schedule(deployment: str) -> dict:
+    """The parameters of `deployment`'s only schedule, as prefect.yaml writes them."""
+    doc = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    (entry,) = [d for d in doc["deployments"] if d["name"] == deployment]
+    (schedule,) = entry["schedules"]
+    assert schedule["active"] is False, f"{deployment}: schedules stay inactive until a user turns them on"
+    return schedule["parameters"]
+
+
+def _merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+@pytest.fixture(scope="module")
+def prefect(prefect_server: dict[str, str], tmp_path_factory: pytest.TempPathFactory):
+    """Deployments from prefect.yaml and a process worker per pool, all started from the checkout."""
+    env = {**os.environ, **prefect_server}
+    subprocess.run([sys.executable, "-m", "flows.cli", "prefect-setup"], cwd=REPO, env=env, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"],
+        cwd=REPO,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    logs = tmp_path_factory.mktemp("workers")
+    workers = []
+    for pool in POOLS:
+        with open(logs / f"{pool}.log", "wb") as log:
+            workers.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool],
+                    cwd=REPO,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+    yield prefect_server
+    for proc in workers:
+        os.killpg(proc.pid, signal.SIGINT)  # the worker ignores SIGTERM for a while
+    for proc in workers:
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("lake")
+
+
+def _api(env: dict[str, str]):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    return temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]})
+
+
+def run_deployment(env: dict[str, str], name: str, parameters: dict, timeout_s: float = 540):
+    """Create a flow run of `name` through the API, wait for a final state; the flow run."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment as create
+
+    with _api(env):
+        flow_run = create(name, parameters=parameters, timeout=0)  # sync here: returns at once
+        deadline = time.monotonic() + timeout_s
+        with get_client(sync_client=True) as client:
+            while True:
+                flow_run = client.read_flow_run(flow_run.id)
+                if flow_run.state is not None and flow_run.state.is_final():
+                    return flow_run
+                assert time.monotonic() < deadline, f"{name} did not finish in {timeout_s:.0f} s"
+                time.sleep(1)
+
+
+def _completed(flow_run) -> None:
+    assert flow_run.state.is_completed(), f"{flow_run.name} ended {flow_run.state.type}: {flow_run.state.message}"
+
+
+def _children(env: dict[str, str], parent_id, flow_name: str) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    with _api(env), get_client(sync_client=True) as client:
+        return client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name])),
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_id])),
+        )
+
+
+def _artifact_versions(env: dict[str, str], key: str) -> list:
+    """Every version of the artifact `key`, oldest first."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with _api(env), get_client(sync_client=True) as client:
+        versions = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+    return sorted(versions, key=lambda a: a.created)
+
+
+SMALL_PROJECT = {
+    "shapes/__init__.py": """
+        def area(w, h):
+            return w * h
+
+
+        def perimeter(w, h):
+            return 2 * (w + h)
+
+
+        def is_square(w, h):
+            return w == h and w > 0
+
+
+        def scale(w, h, k):
+            return w * k, h * k
+        """,
+    "tests/test_shapes.py": """
+        from shapes import area, is_square, perimeter, scale
+
+
+        def test_area():
+            assert area(2, 3) == 6
+
+
+        def test_perimeter():
+            assert perimeter(2, 3) == 10
+
+
+        def test_square():
+            assert is_square(2, 2) and not is_square(2, 3) and not is_square(0, 0)
+
+
+        def test_scale():
+            assert scale(1, 2, 3) == (3, 6)
+        """,
+}
+
+
+def test_default_corpus_builds_tasks_from_a_local_project(prefect, tmp_path):
+    project = tmp_path / "shapes-project"
+    for rel, text in SMALL_PROJECT.items():
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_text(textwrap.dedent(text).lstrip())
+    out = tmp_path / "corpus"
+    flow_run = run_deployment(
+        prefect,
+        "build-tasks/default-corpus",
+        {
+            "out_dir": str(out),
+            "config": {
+                "projects": [str(project)],
+                "tasks_per_project": 2,
+                "max_mutants_per_project": 20,
+                "baseline_runs": 1,
+                "env": {"workers": 2},
+            },
+        },
+    )
+    _completed(flow_run)
+    tasks = load_corpus(out)
+    assert tasks and {t.split for t in tasks} <= {"train", "heldout"}
+    # Each task is a bug injected into the project's own source, which its tests catch.
+    assert all(t.patch and "shapes/__init__.py" in t.patch and t.FAIL_TO_PASS for t in tasks)
+
+
+def test_rl_deployment_completes_with_its_trainer_lane_under_it_and_a_watchable_curve(prefect, lake):
+    flow_run = run_deployment(prefect, "rl/tiny-moe", {"config": _rl_config(lake, "trained")})
+    _completed(flow_run)
+    lake_view = connect(open_store(str(lake)), "trained")
+    assert lake_view.sql("SELECT step, count(*) FROM steps GROUP BY step ORDER BY step").fetchall() == [
+        (s, 1) for s in range(STEPS)
+    ]
+    assert checkpoints.latest(open_store(str(lake)), "trained").version == STEPS
+    # The trainer lane's flow run is a child of the rl run, and it did the training.
+    lanes = _children(prefect, flow_run.id, "trainer-lane")
+    assert lanes and all(lane.parent_task_run_id is not None for lane in lanes)
+    assert any(lane.state.is_completed() for lane in lanes), [lane.state for lane in lanes]
+    # The curve and the table were updated as the run went, before its summary was written.
+    (summary,) = _artifact_versions(prefect, "trained-summary")
+    curves = [a for a in _artifact_versions(prefect, curve_key("trained")) if a.created < summary.created]
+    assert len(curves) >= 3, f"{len(curves)} versions of the reward curve before the run ended"
+    assert len(_artifact_versions(prefect, steps_key("trained"))) >= 3
+    assert curve_key("trained") in summary.data and steps_key("trained") in summary.data
+
+
+def test_lanes_as_deployments_run_under_the_rl_run(prefect, lake):
+    lanes = {"rollout_deployment": "rollout-host/remote", "trainer_deployment": "trainer-lane/remote"}
+    config = _rl_config(lake, "apart", steps=2, lanes={**lanes, "poll_interval_s": 1.0})
+    flow_run = run_deployment(prefect, "rl/tiny-moe", {"config": config})
+    _completed(flow_run)
+    for flow_name in ("rollout-host", "trainer-lane"):
+        children = _children(prefect, flow_run.id, flow_name)
+        assert [c.state.is_completed() for c in children] == [True], (flow_name, [c.state for c in children])
+    lake_view = connect(open_store(str(lake)), "apart")
+    assert lake_view.sql("SELECT count(DISTINCT step) FROM rollouts").fetchall() == [(2,)]
+    assert checkpoints.latest(open_store(str(lake)), "apart").version == 2
+
+
+def _schedule_on_server(env: dict[str, str], deployment: str) -> dict:
+    from prefect.client.orchestration import get_client
+
+    with _api(env), get_client(sync_client=True) as client:
+        (schedule,) = client.read_deployment_schedules(client.read_deployment_by_name(deployment).id)
+    assert schedule.active is False
+    return schedule.parameters
+
+
+def test_nightly_evaluation_evaluates_the_newest_runs_newest_weights(prefect, lake):
+    params = _yaml_schedule("heldout")
+    assert _schedule_on_server(prefect, "evaluate/heldout") == params
+    # The schedule's parameters, with this test's lake and fewer tasks.
+    flow_run = run_deployment(
+        prefect, "evaluate/heldout", _merge(params, {"config": {"storage": {"root": str(lake)}, "eval": {"tasks": 4}}})
+    )
+    _completed(flow_run)
+    store = open_store(str(lake))
+    newest = checkpoints.latest(store, "apart").version  # "apart" started last
+    assert store.fs.exists(store.path(f"apart/evals/version={newest}.json"))
+    rows = (
+        connect(store, "apart").sql("SELECT DISTINCT version FROM evaluations WHERE evaluation = 'evaluate'").fetchall()
+    )
+    assert rows == [(newest,)]
+
+
+def test_evaluation_refuses_a_run_without_weights(prefect, tmp_path):
+    from flows.provenance import start_record
+    from flows.run_config import RunConfig
+
+    root = tmp_path / "lake"
+    config = RunConfig(run="unstarted", storage={"root": str(root)})
+    runs.record_start(open_store(str(root)), "unstarted", start_record(config, "rl", None))
+    flow_run = run_deployment(
+        prefect, "evaluate/heldout", {"run": "newest", "config": {"storage": {"root": str(root)}}}
+    )
+    assert flow_run.state.is_failed()
+    assert "'unstarted'" in flow_run.state.message and "no published weights" in flow_run.state.message
+
+
+def test_nightly_regrade_regrades_the_newest_run(prefect, lake):
+    params = _yaml_schedule("regrade")
+    assert _schedule_on_server(prefect, "replay-rescore/regrade") == params
+    flow_run = run_deployment(
+        prefect, "replay-rescore/regrade", _merge(params, {"config": {"storage": {"root": str(lake)}}})
+    )
+    _completed(flow_run)
+    store = open_store(str(lake))
+    (regrade,) = [r for r in os.listdir(lake) if r.startswith("apart-rescore-")]
+    episodes = connect(store, "apart").sql("SELECT count(*) FROM rollouts").fetchall()[0][0]
+    rescored = connect(store, regrade).sql("SELECT count(*) FROM rescores").fetchall()[0][0]
+    assert episodes == 16 and rescored == episodes
+    assert runs.latest_start(store, regrade)["source_run"] == "apart"
+
+
+def test_regrade_of_a_named_run(prefect, lake):
+    flow_run = run_deployment(
+        prefect,
+        "replay-rescore/regrade",
+        {"config": {"source_run": "trained", "run": "trained-regraded", "storage": {"root": str(lake)}, "steps": [0]}},
+    )
+    _completed(flow_run)
+    rows = connect(open_store(str(lake)), "trained-regraded").sql("SELECT count(*) FROM rescores").fetchall()
+    assert rows == [(8,)]
+
+
+def test_retrain_trains_a_new_run_on_a_finished_runs_episodes(prefect, lake):
+    flow_run = run_deployment(
+        prefect,
+        "replay-train/retrain",
+        {
+            "config": {
+                "source_run": "trained",
+                "run": "retrained",
+                "steps": 2,
+                "storage": {"root": str(lake)},
+                "trainer": {"lr": 1e-4},
+            }
+        },
+    )
+    _completed(flow_run)
+    store = open_store(str(lake))
+    assert checkpoints.latest(store, "retrained").version == 2
+    assert json.loads(runs.latest_start(store, "retrained")["config"])["trainer"]["lr"] == 1e-4
+
+
+def test_tandem_eval_evaluates_a_finished_run(prefect, lake):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "eval",
+            "--run",
+            "trained",
+            "--storage.root",
+            str(lake),
+            "--eval.tasks",
+            "4",
+            "--eval.samples",
+            "2",
+        ],
+        cwd=REPO,
+        env={**os.environ, **prefect},
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "[eval]" in done.stdout
+    rows = (
+        connect(open_store(str(lake)), "trained")
+        .sql("SELECT version, pass, count(*) FROM evaluations WHERE evaluation = 'evaluate' GROUP BY ALL ORDER BY pass")
+        .fetchall()
+    )
+    # Greedy: one episode per held-out task, then the sampled passes; all of the newest weights.
+    assert {(v, p) for v, p, _ in rows} == {(STEPS, "greedy"), (STEPS, "sampled")}
+    assert dict((p, n) for _, p, n in rows)["greedy"] == 4
