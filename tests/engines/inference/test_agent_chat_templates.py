@@ -70,12 +70,18 @@ class RecordingPool:
         self.pool.release_session(session)
 
 
+def config(model_dir: Path) -> Any:
+    """The suite's small server, within the test models' 512 positions."""
+    limits = {"max_turns": 4, "max_total_tokens": 480, "wall_seconds": 120}
+    return small_config(model_dir, max_model_len=512, limits=limits)
+
+
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, vllm_available: str) -> Iterator:
     name = request.param
     model_dir = build_chat_model(name, tmp_path_factory.mktemp(name))
     loop = asyncio.new_event_loop()
-    pool = ServerPool(small_config(model_dir, limits={"max_turns": 4, "max_total_tokens": 480, "wall_seconds": 120}))
+    pool = ServerPool(config(model_dir))
     loop.run_until_complete(pool.start())
     try:
         yield name, model_dir, pool, loop
@@ -90,7 +96,7 @@ def episodes(served: tuple, allowed: list[str] | None, count: int = 3) -> tuple[
     chat = ChatFormat.from_tokenizer(tok, model_dir)
     ids = None if allowed is None else [tok.convert_tokens_to_ids(t) for t in allowed] + [chat.end_id]
     recorder = RecordingPool(pool)
-    agent = AgentLoop(recorder, tok, small_config(model_dir), allowed_token_ids=ids)  # type: ignore[arg-type]
+    agent = AgentLoop(recorder, tok, config(model_dir), allowed_token_ids=ids)  # type: ignore[arg-type]
     envs = [EchoEnv() for _ in range(count)]
     reqs = [EpisodeRequest("t", "g", i, lambda e=e: e, seed=7 + i) for i, e in enumerate(envs)]
     eps = loop.run_until_complete(agent.run_episodes(reqs))
