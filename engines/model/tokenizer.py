@@ -43,8 +43,9 @@ def train_tokenizer(
         tokenizer_object=tok,
         eos_token=eos_token,
         pad_token=pad_token,
-        bos_token=bos_token,
         clean_up_tokenization_spaces=False,
+        # Named only when there is one: the tiny tokenizer's files stay as they were.
+        **({"bos_token": bos_token} if bos_token is not None else {}),
     )
     fast.chat_template = chat_template
     return fast
