@@ -1,17 +1,21 @@
 """The multi-turn agent loop: token-exact episodes against any `EpisodeEnv`.
 
-The conversation is kept as token ids, never re-tokenised:
+The conversation is kept as token ids, never re-tokenised, framed by the model's own
+chat template (engines/model/chat_format.py):
 
-    prompt_ids      = tok("<|user|>" + PROBLEM + "<|end|><|assistant|>")
-    per model turn  : the server's sampled ids as-is (ending at <|end|> when the model
-                      stopped), loss_mask True, the server's logprobs
-    per observation : tok("<|tool|>" + OBSERVATION + "<|end|><|assistant|>"),
-                      loss_mask False, logprob 0.0; prefixed by "<|end|>" when the
-                      model's turn ran out of tokens before closing itself
+    prompt_ids      = the template's [system?, user: PROBLEM] + generation prompt
+    per model turn  : the server's sampled ids as-is (ending at the template's
+                      end-of-turn id when the model stopped), loss_mask True, the
+                      server's logprobs
+    per observation : the template's continuation after that turn (its end-of-turn
+                      tail, the tool message, the next generation prompt), tokenised
+                      alone; loss_mask False, logprob 0.0. A turn cut by length is
+                      closed there, with the end token.
 
-so `decode(prompt_ids + completion_ids)` is the conversation text, and every
-non-model segment is exactly the tokenisation of its text (special tokens split the
-text, so segments tokenise independently).
+so each turn's prompt is the previous prompt + completion ids exactly, and
+`decode(prompt_ids + completion_ids)` is the template's rendering of the
+conversation. With the tiny tokenizer that is
+`<|user|>PROBLEM<|end|><|assistant|>ACTION<|end|><|tool|>OBSERVATION<|end|><|assistant|>...`.
 
 Owns: turn, token and wall-time limits, a finish reason for every episode, the bound
 on concurrent episodes, and turning failures into marked episodes. Tool-call parsing
@@ -44,7 +48,7 @@ from engines.inference.client import RequestRejected, ServerUnavailable
 from engines.inference.config import InferenceConfig
 from engines.inference.server_pool import ServerPool
 from engines.inference.types import Episode, EpisodeEnv, FinishReason, SamplingParams
-from engines.protocol import ASSISTANT, END, TOOL, USER
+from engines.model.chat_format import ChatFormat, Message
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +75,14 @@ class AgentLoop:
         tokenizer: PreTrainedTokenizerBase,
         cfg: InferenceConfig,
         allowed_token_ids: Sequence[int] | None = None,
+        chat: ChatFormat | None = None,
     ) -> None:
         self.pool = pool
         self.tok = tokenizer
         self.cfg = cfg
         self.limits = cfg.limits
-        self.eos_id = tokenizer.convert_tokens_to_ids(END)
+        # The served model's framing; its generation config (eos ids) sits beside the weights.
+        self.chat = chat or ChatFormat.from_tokenizer(tokenizer, cfg.model_dir or None)
         self.allowed_token_ids = tuple(allowed_token_ids) if allowed_token_ids is not None else None
         # One thread per episode in flight: environment calls block (a `test` waits for a
         # grading sandbox), and asyncio's default pool (cores + 4 threads) let a few
@@ -141,7 +147,8 @@ class AgentLoop:
         self, ep: Episode, env: EpisodeEnv, req: EpisodeRequest, session: str, routes: list[np.ndarray]
     ) -> FinishReason:
         problem = await self._in_thread(env.prompt)
-        ep.prompt_ids = self.encode(USER + problem + END + ASSISTANT)
+        messages: list[Message] = self.chat.first_messages(problem)
+        ep.prompt_ids = self.chat.prompt_ids(messages)
         if len(ep.prompt_ids) >= self.limits.max_total_tokens:
             raise RequestRejected(
                 f"prompt of task {req.task_id} has {len(ep.prompt_ids)} tokens; limits.max_total_tokens is "
@@ -167,12 +174,15 @@ class AgentLoop:
             ep.num_turns += 1
             if turn.routed_experts is not None:
                 routes.append(turn.routed_experts)
-            closed = bool(turn.token_ids) and turn.token_ids[-1] == self.eos_id
-            action = self.decode(turn.token_ids[:-1] if closed else turn.token_ids)
+            closed_by = turn.token_ids[-1] if turn.token_ids and turn.token_ids[-1] in self.chat.stop_ids else None
+            action = self.decode(turn.token_ids[:-1] if closed_by is not None else turn.token_ids)
+            messages.append({"role": "assistant", "content": action})
             result = await self._in_thread(env.step, action)
             if result.done:
                 return "submitted"
-            observation = self._observation_ids(result.observation, closed)
+            tool_message = {"role": "tool", "content": self._cut(result.observation)}
+            observation = self.chat.continuation_ids(messages, [tool_message], closed_by)
+            messages.append(tool_message)
             if len(ep.prompt_ids) + len(ep.completion_ids) + len(observation) >= self.limits.max_total_tokens:
                 return "max_tokens"
             ep.completion_ids += observation
@@ -186,17 +196,17 @@ class AgentLoop:
             temperature=s.temperature,
             top_p=s.top_p,
             seed=None if seed is None else seed + turn,
+            stop_token_ids=self.chat.extra_stop_ids,
             allowed_token_ids=self.allowed_token_ids,
         )
 
-    def _observation_ids(self, observation: str, model_closed_turn: bool) -> list[int]:
-        """Token ids of a tool turn, the observation cut (head kept) to the token limit."""
+    def _cut(self, observation: str) -> str:
+        """The observation cut (head kept) to `limits.max_observation_tokens` tokens."""
         text = observation
         while len(self.encode(text)) > self.limits.max_observation_tokens:
             keep = max(0, int(len(text) * 0.8) - len(TRUNCATED))
             text = observation[:keep] + TRUNCATED
-        prefix = "" if model_closed_turn else END
-        return self.encode(prefix + TOOL + text + END + ASSISTANT)
+        return text
 
     @staticmethod
     def _fail(ep: Episode, message: str, infra: bool) -> None:

@@ -1,11 +1,13 @@
 """Warm-start supervised fine-tuning on demonstrations (e.g. the oracle episodes of
 the micro tasks), so RL starts from a policy that sometimes succeeds.
 
-A conversation is a list of messages in the agent protocol (engines/protocol.py:
-roles user / assistant / tool). It is tokenised piece by piece exactly as the chat
-template renders it, `<|role|>content<|end|>`, and the loss covers the content and
-`<|end|>` of assistant turns only (the `<|assistant|>` token is given by the
-generation prompt). Conversations are packed like RL episodes. Training stops at
+A conversation is a list of messages (roles system / user / assistant / tool). It is
+tokenised by the model's chat format (engines/model/chat_format.py) into the very
+pieces the agent loop produces in an episode: the prompt, each assistant turn as the
+model emits it (content, then the template's end-of-turn token) and the template's
+text between turns. The loss covers the assistant turns only (their headers are part
+of the generation prompt), and with the system prompt the agent loop uses, so SFT
+teaches what RL then samples. Conversations are packed like RL episodes. Training stops at
 `max_steps` or `max_seconds`, whichever comes first, printing a progress line every
 `log_every` steps; the weights are then exported like an RL step's.
 """
@@ -21,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engines.model.chat_format import ChatFormat
 from engines.model.load import load_moe_causal_lm, load_tokenizer
-from engines.protocol import END, ROLE_TOKEN
 from engines.trainer.config import TrainerConfig
 from engines.trainer.export import export_weights
 from engines.trainer.packing import Batch, Episode, make_batch
@@ -30,21 +32,14 @@ from engines.trainer.rl_step import clip_grad_norm, make_optimizer
 from storage.fs import Store
 
 
-def conversation_episode(tokenizer, messages: list[dict[str, str]], where: str = "conversation") -> Episode:
-    """Token ids of a conversation with the loss on assistant content and its `<|end|>`
-    (except assistant messages marked `"train": False`, e.g. a demonstration's failed attempt)."""
-    ids: list[int] = []
-    mask: list[bool] = []
-    end = tokenizer.convert_tokens_to_ids(END)
-    for i, m in enumerate(messages):
-        role = m.get("role")
-        if role not in ROLE_TOKEN:
-            raise ValueError(f"{where}, message {i}: role {role!r} is not one of {sorted(ROLE_TOKEN)}")
-        body = tokenizer.encode(m.get("content", ""), add_special_tokens=False) + [end]
-        ids += [tokenizer.convert_tokens_to_ids(ROLE_TOKEN[role])] + body
-        mask += [False] + [role == "assistant" and m.get("train", True)] * len(body)
-    if not any(mask):
-        raise ValueError(f"{where} has no assistant message: nothing to learn from")
+def conversation_episode(
+    tokenizer, messages: list[dict[str, str]], where: str = "conversation", chat: ChatFormat | None = None
+) -> Episode:
+    """Token ids of a conversation with the loss on assistant turns (content and end token),
+    except assistant messages marked `"train": False` (e.g. a demonstration's failed attempt).
+    `chat` is the tokenizer's chat format, built here when not given."""
+    chat = chat or ChatFormat.from_tokenizer(tokenizer)
+    ids, mask = chat.conversation(messages, where)
     a = np.asarray(ids, np.int64)
     return Episode(a[:-1], a[1:], np.asarray(mask[1:], bool), np.zeros(len(a) - 1, np.float32), 1.0, None)
 
@@ -136,7 +131,8 @@ def sft(
     torch.manual_seed(cfg.seed)
     tokenizer = load_tokenizer(model_dir)
     model = load_moe_causal_lm(model_dir)
-    episodes = [conversation_episode(tokenizer, c, f"conversation {i}") for i, c in enumerate(conversations)]
+    chat = ChatFormat.from_tokenizer(tokenizer, model_dir)
+    episodes = [conversation_episode(tokenizer, c, f"conversation {i}", chat) for i, c in enumerate(conversations)]
     sft_train(model, episodes, cfg, log)
     export_weights(model, tokenizer, str(out_dir), cfg.export_format, store=store)
     return Path(out_dir)

@@ -1,0 +1,218 @@
+"""A model's chat format: how the agent loop and SFT frame turns, from its tokenizer.
+
+Built from the tokenizer's own chat template (`apply_chat_template`), so a Hub model
+sees the framing it was trained on; the tiny tokenizer's template (protocol.py's
+CHAT_TEMPLATE) is one instance, rendered by its Python twin `render_messages`.
+
+Token-exact across turns (the invariant the trainer relies on): a conversation only
+ever grows at its end.
+- The first prompt is the template's rendering of [system?, user] with the
+  generation prompt (the assistant header), tokenised once.
+- A model turn is the server's sampled ids as they are, ending at an end-of-turn id
+  (`stop_ids`) when the model closed it.
+- What follows a model turn is `continuation_ids`: the text the template puts after
+  that assistant message's content (its end-of-turn tail, minus the end token the
+  model already sampled), then the new messages (a tool observation) and the next
+  generation prompt, tokenised alone.
+History is never re-rendered or re-tokenised, so a template that renders earlier
+turns differently later on (Qwen3 drops earlier reasoning) changes no id the model
+has already seen.
+
+How the continuation is found: the conversation so far, with the last assistant
+content replaced by a marker, is rendered followed by the new messages; the text
+after the marker is the continuation. The template thus decides everything it
+decides for a real conversation (roles, separators, headers, what a tool turn looks
+like after an assistant turn), and only the text behind the model is taken from it.
+
+Owns: rendering, the end-of-turn and stop ids, the system prompt stating the action
+language for models never trained on it, and SFT's ids and loss mask of a whole
+conversation (the same pieces the agent loop produces). Does not own the action
+language itself (engines/protocol.py) or sampling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import GenerationConfig, PreTrainedTokenizerBase
+
+from engines.protocol import CHAT_TEMPLATE, ROLE_TOKEN, render_messages
+
+Message = dict[str, object]  # {"role": str, "content": str, optional "train": bool}
+
+# Stands in for the last assistant content while the continuation is rendered: plain
+# word characters, which no template strips, splits or escapes.
+_MARK = "TandemTurnMark7q"
+
+# For models never trained on the action language (every Hub model): what a turn may
+# say. Models trained on the micro demonstrations (the tiny warm start) need none.
+SYSTEM_PROMPT = """You fix a bug in a repository. Each of your turns is one action: a first line naming the tool and its arguments, then an optional body. Tools:
+view PATH [START END]   show numbered lines of a file
+edit PATH LINE          replace line LINE (1-based) with the body's lines
+replace PATH            body: the old text, a line =====, then the new text
+bash                    run the body as a shell command
+test                    run the task's visible tests
+submit                  end the episode; your changes are graded
+Write nothing but the action."""
+
+Render = Callable[[list[Message], bool], str]
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """Renders turns of one tokenizer's chat template as token ids (see the module docstring)."""
+
+    tokenizer: PreTrainedTokenizerBase
+    render: Render  # (messages, add_generation_prompt) -> text
+    end_id: int  # the template's end-of-turn token: what closes an assistant message
+    stop_ids: tuple[int, ...]  # ids that end a model turn: end_id and the model's eos ids
+    model_eos_ids: tuple[int, ...] = ()  # the ones the server stops at by itself (tokenizer, generation config)
+    system_prompt: str | None = None  # prepended to conversations that bring none
+    roles: tuple[str, ...] = ("system", "user", "assistant", "tool")
+    _end_text: str = field(default="", repr=False)
+
+    @classmethod
+    def from_tokenizer(
+        cls,
+        tokenizer: PreTrainedTokenizerBase,
+        model_dir: str | Path | None = None,
+        system_prompt: str | None | bool = True,
+    ) -> ChatFormat:
+        """The format of `tokenizer`'s chat template; eos ids also from `model_dir`'s
+        generation_config.json when there is one. `system_prompt=True` chooses: none for
+        this project's own template (its models learn the protocol by SFT), SYSTEM_PROMPT
+        otherwise; a string or None sets it."""
+        template = tokenizer.chat_template
+        if not template:
+            raise ValueError(
+                f"tokenizer {tokenizer.name_or_path!r} has no chat template: give a chat (instruct) model, or set "
+                "tokenizer.chat_template (tokenizer_config.json / chat_template.jinja) before training or serving it"
+            )
+        own = template == CHAT_TEMPLATE
+        if own:
+            render: Render = lambda messages, gen: render_messages(messages, gen)  # noqa: E731  (tested twin)
+        else:
+            render = _jinja_render(tokenizer)
+        if system_prompt is True:
+            system_prompt = None if own else SYSTEM_PROMPT
+        eos = _model_eos_ids(tokenizer, model_dir)
+        end_text, end_id = _end_of_turn(tokenizer, render)
+        stops = tuple(dict.fromkeys((end_id, *eos)))
+        roles = tuple(ROLE_TOKEN) if own else ("system", "user", "assistant", "tool")
+        return cls(tokenizer, render, end_id, stops, eos, system_prompt or None, roles, end_text)
+
+    @property
+    def extra_stop_ids(self) -> tuple[int, ...]:
+        """Stop ids the server must be told: the template's end token when the model's
+        own eos ids (which vLLM stops at anyway) do not include it."""
+        return tuple(i for i in self.stop_ids if i not in self.model_eos_ids)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def first_messages(self, problem: str) -> list[Message]:
+        """The opening of an episode: the system prompt (if any) and the problem."""
+        return self._with_system([{"role": "user", "content": problem}])
+
+    def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
+        """Ids of `messages` (none of them the model's) followed by the generation prompt."""
+        return self.encode(self.render(self._plain(messages), True))
+
+    def continuation_ids(self, history: Sequence[Message], new: Sequence[Message], closed_by: int | None) -> list[int]:
+        """Ids that follow the model's last turn (`history[-1]`, an assistant message) up to
+        the next generation prompt, with the `new` messages between. `closed_by` is the stop
+        id the model's turn ended on (None: cut by length, so the turn is closed here)."""
+        if not history or history[-1].get("role") != "assistant":
+            raise ValueError("continuation_ids: history must end with the model's (assistant) turn")
+        marked = [*self._plain(history[:-1]), {"role": "assistant", "content": _MARK}, *self._plain(new)]
+        text = self.render(marked, True)
+        if text.count(_MARK) != 1:
+            raise ValueError("a message of the conversation contains the turn marker; it cannot be rendered")
+        after = text.split(_MARK, 1)[1]
+        if closed_by == self.end_id:
+            if not after.startswith(self._end_text):
+                raise ValueError(
+                    f"chat template of {self.tokenizer.name_or_path!r} puts {after[:40]!r} after an assistant message "
+                    f"here, not its end token {self._end_text!r}: the turns cannot be kept token-exact"
+                )
+            after = after[len(self._end_text) :]
+        return self.encode(after)
+
+    def assistant_ids(self, content: str) -> list[int]:
+        """What the model emits for an assistant message: its content, then the end token."""
+        return self.encode(content) + [self.end_id]
+
+    def conversation(self, messages: Sequence[Message], where: str = "conversation") -> tuple[list[int], list[bool]]:
+        """Ids of a whole conversation as the agent loop would have produced them, and the
+        loss mask: True on assistant content and its end token (messages marked
+        `"train": False` excepted). Messages after the last assistant one add nothing."""
+        for i, m in enumerate(messages):
+            if m.get("role") not in self.roles:
+                raise ValueError(f"{where}, message {i}: role {m.get('role')!r} is not one of {sorted(self.roles)}")
+        turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        if not turns:
+            raise ValueError(f"{where} has no assistant message: nothing to learn from")
+        history = self._with_system(list(messages[: turns[0]]))
+        ids = self.prompt_ids(history)
+        mask = [False] * len(ids)
+        for k, i in enumerate(turns):
+            content = str(messages[i].get("content") or "")
+            body = self.assistant_ids(content)
+            ids += body
+            mask += [bool(messages[i].get("train", True))] * len(body)
+            history.append({"role": "assistant", "content": content})
+            if k + 1 < len(turns):
+                new = list(messages[i + 1 : turns[k + 1]])
+                tail = self.continuation_ids(history, new, self.end_id)
+                ids += tail
+                mask += [False] * len(tail)
+                history += new
+        return ids, mask
+
+    def _with_system(self, messages: list[Message]) -> list[Message]:
+        if self.system_prompt is None or (messages and messages[0].get("role") == "system"):
+            return messages
+        return [{"role": "system", "content": self.system_prompt}, *messages]
+
+    @staticmethod
+    def _plain(messages: Sequence[Message]) -> list[Message]:
+        """Role and content only (templates may render unknown keys such as `train`)."""
+        return [{"role": m["role"], "content": str(m.get("content") or "")} for m in messages]
+
+
+def _jinja_render(tokenizer: PreTrainedTokenizerBase) -> Render:
+    def render(messages: list[Message], add_generation_prompt: bool) -> str:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    return render
+
+
+def _model_eos_ids(tokenizer: PreTrainedTokenizerBase, model_dir: str | Path | None) -> tuple[int, ...]:
+    """The eos ids a server stops at by itself: the tokenizer's and the generation config's."""
+    ids: list[int] = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    if model_dir is not None and (Path(model_dir) / "generation_config.json").is_file():
+        eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
+        ids += [eos] if isinstance(eos, int) else list(eos or [])
+    return tuple(dict.fromkeys(ids))
+
+
+def _end_of_turn(tokenizer: PreTrainedTokenizerBase, render: Render) -> tuple[str, int]:
+    """The special token that closes an assistant message in this template, and its text."""
+    text = render([{"role": "user", "content": "u"}, {"role": "assistant", "content": _MARK}], False)
+    tail = text.split(_MARK, 1)[1] if _MARK in text else ""
+    ids = tokenizer.encode(tail, add_special_tokens=False)
+    special = set(tokenizer.all_special_ids) | {
+        i for i, t in tokenizer.added_tokens_decoder.items() if getattr(t, "special", False)
+    }
+    if not ids or ids[0] not in special:
+        raise ValueError(
+            f"chat template of {tokenizer.name_or_path!r} closes an assistant message with {tail[:40]!r}, not a "
+            "special token: the agent loop cannot tell where a model turn ends. Use a template whose assistant "
+            "turns end with an end-of-turn token (e.g. <|im_end|>, <|eot_id|>)"
+        )
+    end_text = tokenizer.convert_ids_to_tokens(ids[0])
+    if not tail.startswith(end_text):
+        raise ValueError(f"chat template of {tokenizer.name_or_path!r}: end token {end_text!r} is not its text")
+    return end_text, ids[0]

@@ -1,0 +1,160 @@
+"""The chat format (engines/model/chat_format.py) on real tokenizers: the tiny one (whose
+ids must not move), and two trained here with other families' templates (ChatML, Llama-3
+headers). No server: the pieces the agent loop appends, checked against the template's
+own rendering of the conversation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engines.model.chat_format import SYSTEM_PROMPT, ChatFormat
+from engines.model.load import load_tokenizer
+from engines.model.tokenizer import train_tokenizer
+from engines.protocol import ASSISTANT, END, TOOL, TOOLS, USER
+from tests.chat_models import FAMILIES, build_chat_model
+
+ACTIONS = ["view m.py", "edit m.py 2\n    return a + b", "submit"]
+OBSERVATIONS = ["1 def add(a, b):\n2     return a - b", "FAILED test_m.py::test_add\nreverted (attempt 1 of 3)"]
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    return request.param, build_chat_model(request.param, tmp_path_factory.mktemp(request.param))
+
+
+def episode_pieces(chat: ChatFormat, closed: list[bool]) -> tuple[list[list[int]], list[dict]]:
+    """The id pieces an agent loop appends over a 3-turn episode, turn k closed by the
+    model (its end token sampled) when closed[k]; and the conversation's messages."""
+    messages = chat.first_messages("fix add")
+    pieces = [chat.prompt_ids(messages)]
+    for k, action in enumerate(ACTIONS):
+        model_ids = chat.encode(action) + ([chat.end_id] if closed[k] else [])
+        pieces.append(model_ids)
+        messages.append({"role": "assistant", "content": action})
+        if k < len(OBSERVATIONS):
+            tool = {"role": "tool", "content": OBSERVATIONS[k]}
+            pieces.append(chat.continuation_ids(messages, [tool], chat.end_id if closed[k] else None))
+            messages.append(tool)
+    return pieces, messages
+
+
+def test_the_tiny_template_frames_turns_as_before(tiny_model_dir: Path) -> None:
+    tok = load_tokenizer(tiny_model_dir)
+    chat = ChatFormat.from_tokenizer(tok, tiny_model_dir)
+    end = tok.convert_tokens_to_ids(END)
+    assert chat.system_prompt is None and chat.end_id == end and chat.stop_ids == (end,) and chat.extra_stop_ids == ()
+    enc = chat.encode
+    assert chat.prompt_ids(chat.first_messages("fix add")) == enc(USER + "fix add" + END + ASSISTANT)
+    history = [*chat.first_messages("fix add"), {"role": "assistant", "content": "view m.py"}]
+    tool = [{"role": "tool", "content": "1 x"}]
+    assert chat.continuation_ids(history, tool, end) == enc(TOOL + "1 x" + END + ASSISTANT)
+    assert chat.continuation_ids(history, tool, None) == enc(END + TOOL + "1 x" + END + ASSISTANT)
+
+
+@pytest.mark.chat_template
+def test_end_of_turn_and_stop_ids_come_from_the_template_and_generation_config(family_dir) -> None:
+    name, model_dir = family_dir
+    spec = FAMILIES[name]
+    tok = load_tokenizer(model_dir)
+    chat = ChatFormat.from_tokenizer(tok, model_dir)
+    end = tok.convert_tokens_to_ids(spec.end_of_turn)
+    assert chat.end_id == end and chat.stop_ids[0] == end
+    assert set(chat.stop_ids) == {end, *(tok.convert_tokens_to_ids(t) for t in spec.generation_eos)}
+    # The server stops at the model's own eos ids by itself; only the others are sent.
+    assert chat.extra_stop_ids == (() if spec.eos == spec.end_of_turn else (end,))
+    assert chat.system_prompt == SYSTEM_PROMPT and chat.first_messages("p")[0] == {
+        "role": "system",
+        "content": SYSTEM_PROMPT,
+    }
+
+
+@pytest.mark.chat_template
+@pytest.mark.parametrize("closed", [[True, True, True], [False, True, False]], ids=["closed", "cut-by-length"])
+def test_appended_pieces_are_the_templates_rendering_of_the_conversation(family_dir, closed: list[bool]) -> None:
+    name, model_dir = family_dir
+    tok = load_tokenizer(model_dir)
+    chat = ChatFormat.from_tokenizer(tok, model_dir)
+    pieces, messages = episode_pieces(chat, closed)
+    ids = [i for p in pieces for i in p]
+    text = tok.decode(ids, skip_special_tokens=False)
+    rendered = tok.apply_chat_template(messages, tokenize=False)
+    # The ids hold exactly what the template renders, up to the final turn's end token and what follows it.
+    end = FAMILIES[name].end_of_turn
+    assert rendered.startswith(text) and rendered[len(text) :] in {"", "\n", end, end + "\n"}
+    prompt_text = tok.apply_chat_template(messages[:2], tokenize=False, add_generation_prompt=True)
+    assert tok.decode(pieces[0], skip_special_tokens=False) == prompt_text
+    for piece in pieces[::2]:  # every piece not the model's round-trips through its own text
+        assert chat.encode(tok.decode(piece, skip_special_tokens=False)) == piece
+
+
+@pytest.mark.chat_template
+def test_sft_ids_are_the_agent_loops_pieces_and_the_loss_covers_assistant_turns(family_dir) -> None:
+    name, model_dir = family_dir
+    tok = load_tokenizer(model_dir)
+    chat = ChatFormat.from_tokenizer(tok, model_dir)
+    pieces, messages = episode_pieces(chat, [True, True, True])
+    messages[2]["train"] = False  # a failed attempt: shown, not learned
+    ids, mask = chat.conversation(messages[1:])  # the system prompt is added as the agent loop adds it
+    assert ids == [i for p in pieces for i in p]
+    learned = tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
+    end = FAMILIES[name].end_of_turn
+    assert learned == f"{ACTIONS[1]}{end}{ACTIONS[2]}{end}"
+    with pytest.raises(ValueError, match="conversation 7, message 0: role 'robot'"):
+        chat.conversation([{"role": "robot", "content": "x"}], "conversation 7")
+
+
+# Re-renders history as some Hub templates do: earlier assistant turns lose their
+# reasoning (Qwen3) and every content is stripped (Llama-3). The loop must not care.
+REWRITING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] == 'assistant' and not loop.last %}{{ m['content'].split('</think>')[-1] | trim }}"
+    "{% else %}{{ m['content'] | trim }}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.chat_template
+def test_a_template_that_rewrites_history_never_changes_the_ids_behind_the_model() -> None:
+    tok = train_tokenizer(
+        ["<think>plan</think>view m.py\n", "1 def add\n"] * 30,
+        512,
+        ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        REWRITING_TEMPLATE,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+    )
+    chat = ChatFormat.from_tokenizer(tok)
+    messages = chat.first_messages("fix add")
+    context = chat.prompt_ids(messages)
+    sent = [list(context)]  # what each turn's request carries
+    for action in ["<think>plan</think>view m.py ", "<think>more</think>edit m.py 2\n  x ", "submit"]:
+        context += chat.encode(action) + [chat.end_id]
+        messages.append({"role": "assistant", "content": action})
+        tool = {"role": "tool", "content": " 1 def add "}
+        context += chat.continuation_ids(messages, [tool], chat.end_id)
+        messages.append(tool)
+        sent.append(list(context))
+    for before, after in zip(sent, sent[1:]):
+        assert after[: len(before)] == before  # each prompt extends the previous one exactly
+    text = tok.decode(context, skip_special_tokens=False)
+    # The model's turns stay as sampled; new messages are rendered as the template renders them.
+    assert "<think>plan</think>view m.py <|im_end|>" in text and "\n1 def add<|im_end|>" in text
+    rerendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert rerendered != text and "<think>plan" not in rerendered  # re-rendering would have changed history
+
+
+def test_templates_the_loop_cannot_follow_are_refused_with_the_reason() -> None:
+    texts = ["view m.py\n"] * 20
+    tok = train_tokenizer(texts, 300, ["<s>"], "{% for m in messages %}{{ m['content'] }}\n{% endfor %}", "<s>", "<s>")
+    with pytest.raises(ValueError, match="not a special token: the agent loop cannot tell where a model turn ends"):
+        ChatFormat.from_tokenizer(tok)
+    tok.chat_template = None
+    with pytest.raises(ValueError, match="has no chat template"):
+        ChatFormat.from_tokenizer(tok)
+
+
+def test_the_system_prompt_describes_every_tool_of_the_action_language() -> None:
+    tools = SYSTEM_PROMPT.split("Tools:\n", 1)[1]
+    assert all(any(line.startswith(t + " ") or line == t for line in tools.split("\n")) for t in TOOLS)

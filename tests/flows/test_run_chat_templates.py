@@ -1,0 +1,70 @@
+"""A 2-step `tandem run` from each test model of another chat-template family
+(tests/chat_models.py) as `model.path`: warm start skipped (the weights are version
+0), episodes in the model's own template on vLLM, sandboxed grading, two trainer
+steps, weights published and evaluation before and after."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from storage import checkpoints
+from storage.fs import open_store
+from storage.query import connect
+from tests.chat_models import FAMILIES, build_chat_model
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.prefect, pytest.mark.vllm, pytest.mark.sandbox, pytest.mark.chat_template]
+
+
+def _config(root: Path, model_dir: Path) -> str:
+    return f"""
+run = "chat"
+[storage]
+root = "{root}"
+[model]
+path = "{model_dir}"
+[tasks]
+train_tasks = 32
+heldout_tasks = 4
+[eval]
+tasks = 4
+samples = 1
+[rl]
+steps = 2
+batch_size = 8
+group_size = 4
+async_level = 1
+[trainer]
+micro_batch_rows = 16
+"""
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_a_two_step_run_from_a_model_with_its_own_chat_template(name: str, tmp_path: Path) -> None:
+    model_dir = build_chat_model(name, tmp_path / name)
+    root, config = tmp_path / "lake", tmp_path / "run.toml"
+    config.write_text(_config(root, model_dir))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}  # the run starts its own server
+    env |= {"TANDEM_PREFECT_HOME": str(tmp_path / "prefect-home"), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", "--config", str(config)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "[tandem] run chat finished" in done.stdout + done.stderr
+    store = open_store(str(root))
+    assert checkpoints.latest(store, "chat").version == 2
+    con = connect(store, run="chat")
+    rows = con.sql("SELECT conversation FROM rollouts").fetchall()
+    assert len(rows) == 16
+    start = "<|im_start|>system" if name == "chatml" else "<|begin_of_text|><|start_header_id|>system"
+    assert all(r[0].startswith(start) for r in rows)

@@ -1,0 +1,50 @@
+"""`tandem sft` on models of two other chat-template families (tests/chat_models.py):
+the demonstrations are rendered in the model's own template, the loss falls on the
+assistant turns, and the fine-tuned folder keeps the template for serving."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from engines.model.chat_format import ChatFormat
+from engines.model.load import load_tokenizer
+from flows.cli import app
+from tests.chat_models import FAMILIES, build_chat_model
+
+pytestmark = pytest.mark.chat_template
+
+CONVERSATIONS = [
+    [
+        {"role": "user", "content": f"def add(a, b):\n    return a - b  # case {i}"},
+        {"role": "assistant", "content": "edit m.py 2\n    return a + b"},
+        {"role": "tool", "content": "edited m.py line 2"},
+        {"role": "assistant", "content": "submit"},
+    ]
+    for i in range(16)
+]
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_tandem_sft_trains_in_the_models_own_template(name: str, tmp_path: Path) -> None:
+    model_dir = build_chat_model(name, tmp_path / name)
+    data = tmp_path / "demos.jsonl"
+    data.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS))
+    out = tmp_path / "sft"
+    args = ["sft", "--model", str(model_dir), "--data", str(data), "--out", str(out), "--seq_len", "320"]
+    args += ["--sft.max_steps", "30", "--sft.batch_size", "8", "--sft.log_every", "10", "--sft.lr", "3e-3"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    losses = [float(x) for x in re.findall(r"\[sft\] step \d+ loss ([0-9.]+)", result.output)]
+    assert len(losses) >= 3 and losses[-1] < 0.5 * losses[0], result.output
+    tok = load_tokenizer(out)
+    assert tok.chat_template == FAMILIES[name].template  # served and trained on in the same template
+    chat = ChatFormat.from_tokenizer(tok, out)
+    ids, mask = chat.conversation(CONVERSATIONS[0])
+    end = FAMILIES[name].end_of_turn
+    learned = tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
+    assert learned == f"edit m.py 2\n    return a + b{end}submit{end}"
