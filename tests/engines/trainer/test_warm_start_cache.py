@@ -128,23 +128,3 @@ def test_the_key_holds_every_trainer_setting_sft_reads() -> None:
     }
     assert read - {"sft"} <= set(SFT_TRAINER_FIELDS)
     assert set(SFT_TRAINER_FIELDS) <= set(TrainerConfig.model_fields)
-
-
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        ["--trainer.sft.demonstrations", "candidates"],
-        ["--trainer.sft.edit_tool", "function_change"],
-        ["--trainer.sft.edit_tool", "line_change"],
-    ],
-)
-def test_a_run_keys_its_warm_start_by_its_demonstrator_and_edit_form(overrides: list[str]) -> None:
-    from engines.env.micro import generate_micro_tasks
-    from flows.config import load_config
-    from flows.run_config import RunConfig
-    from flows.sft import cache_inputs
-
-    train = generate_micro_tasks(4, seed=0)
-    default = cache_inputs(load_config(RunConfig, None, []), train)
-    changed = cache_inputs(load_config(RunConfig, None, overrides), train)
-    assert warm_start_key(changed) != warm_start_key(default)
