@@ -3,7 +3,7 @@ warm start, on the same held-out tasks.
 
   (a) rl  : the default run (warm start = version 0, asynchronous RL for rl.steps,
             held-out evaluation before and after, same protocol and decoding)
-  (b) sft : from the same version 0, SFT on oracle demonstrations of fresh training
+  (b) sft : from the same version 0, SFT on demonstrations of the same kind (trainer.sft.demonstrations) of fresh training
             tasks (same generator and protocol, failed attempts shown and masked as in
             the warm start) for the wall time of (a)'s RL loop, then the same
             held-out evaluation
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.env.micro import generate_micro_tasks
-from engines.env.micro_demos import feedback_demonstrations
+from engines.env.micro_demos import warm_start_demonstrations
 from engines.model.load import local_model_dir
 from engines.rollout.attempts import mcnemar_p, paired_bootstrap_interval
 from engines.trainer.sft import sft
@@ -66,12 +66,13 @@ def continued_sft(config: RunConfig, v0: str, seconds: float, out: Path) -> Path
     """SFT from `v0` for `seconds` on fresh demonstrations, at the learning rate the
     warm start's cosine ended on (continuing it, not restarting it)."""
     fresh = generate_micro_tasks(_FRESH_TASKS, seed=config.tasks.seed + _FRESH_SEED_OFFSET)
-    demos = feedback_demonstrations(
+    demos = warm_start_demonstrations(
         fresh,
         config.env.edit_attempts,
         config.trainer.sft.failed_attempt_share,
         seed=config.tasks.seed + _FRESH_SEED_OFFSET,
         tool=config.trainer.sft.edit_tool,
+        kind=config.trainer.sft.demonstrations,
     )
     sft_cfg = config.trainer.sft.model_copy(
         update={

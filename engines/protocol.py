@@ -18,6 +18,9 @@ naming the tool and its arguments, then an optional body:
     <old text>
     =====
     <new text>
+    change PATH SCOPE         replace OLD (once in SCOPE: a line number or a function
+    <old text>                name) by NEW; both one line, OLD often a single token
+    <new text>
     bash                      run the body as a shell command in the sandbox
     <command>
     test                      run the task's visible tests
@@ -51,18 +54,20 @@ CHAT_TEMPLATE = (
 )
 
 REPLACE_SEPARATOR = "====="
-TOOLS = ("view", "edit", "replace", "bash", "test", "submit")
+TOOLS = ("view", "edit", "replace", "change", "bash", "test", "submit")
+EDIT_TOOLS = ("edit", "replace", "change")  # the tools that change a file (attempts under edit feedback)
 
 
 @dataclass(frozen=True)
 class Action:
-    tool: Literal["view", "edit", "replace", "bash", "test", "submit"]
+    tool: Literal["view", "edit", "replace", "change", "bash", "test", "submit"]
     path: str | None = None
-    line: int | None = None  # edit: 1-based line; view: start line
+    line: int | None = None  # edit: 1-based line; view: start line; change: the line scope
     end_line: int | None = None  # view: last line shown
     body: str = ""  # edit: replacement; bash: command
-    old: str = ""  # replace
-    new: str = ""  # replace
+    old: str = ""  # replace, change
+    new: str = ""  # replace, change
+    scope: str = ""  # change: the function scope (when `line` is None)
 
 
 @dataclass(frozen=True)
@@ -95,11 +100,26 @@ def parse_action(text: str) -> Action | InvalidAction:
         if len(args) != 2 or not args[1].isdigit() or int(args[1]) < 1:
             return InvalidAction("usage: edit PATH LINE, then the new line(s) below")
         return Action("edit", path=path, line=int(args[1]), body=body)
+    if tool == "change":
+        return _change(path, args[1:], body)
     # replace
     old, sep, new = body.partition("\n" + REPLACE_SEPARATOR + "\n")
     if not sep:
         return InvalidAction(f"replace: separate old and new text with a line '{REPLACE_SEPARATOR}'")
     return Action("replace", path=path, old=old, new=new)
+
+
+def _change(path: str, args: list[str], body: str) -> Action | InvalidAction:
+    usage = "usage: change PATH LINE_OR_FUNCTION, then OLD on one line and NEW on the next"
+    parts = body.split("\n")
+    if len(args) != 1 or len(parts) != 2 or not parts[0]:
+        return InvalidAction(usage)
+    scope, (old, new) = args[0], parts
+    if scope.isdigit():
+        return (
+            Action("change", path=path, line=int(scope), old=old, new=new) if int(scope) >= 1 else InvalidAction(usage)
+        )
+    return Action("change", path=path, scope=scope, old=old, new=new)
 
 
 def render_action(action: Action) -> str:
@@ -113,6 +133,9 @@ def render_action(action: Action) -> str:
         return f"view {action.path}{rng}"
     if action.tool == "edit":
         return f"edit {action.path} {action.line}\n{action.body}"
+    if action.tool == "change":
+        scope = action.line if action.line is not None else action.scope
+        return f"change {action.path} {scope}\n{action.old}\n{action.new}"
     return f"replace {action.path}\n{action.old}\n{REPLACE_SEPARATOR}\n{action.new}"
 
 

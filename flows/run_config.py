@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from engines.env.config import EnvConfig
+from engines.env.micro import DemonstrationKind, EditTool
 from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingConfig
 from engines.model.hub import is_hub_id
 from engines.model.tiny import TinyModelConfig
@@ -215,12 +216,20 @@ class RunSFTConfig(SFTConfig):
         description="Under edit feedback (env.edit_attempts > 0), the share of micro-task demonstrations that show one "
         "or two failed attempts (masked from the loss) before the fix, so the warm start knows what a retry is.",
     )
-    edit_tool: Literal["edit", "replace"] = Field(
+    edit_tool: EditTool = Field(
         "edit",
-        description="How the micro-task demonstrations write an edit: edit (by line number) or replace (by content: "
-        "the old line is copied, with lines above it until it is unique). The policy may use either. Measured on "
-        "the default run: the tiny warm start copies old lines inexactly (0.5 applied edits per episode), and RL "
-        "lowered that further (0.2), so replace is not the default.",
+        description="How the micro-task demonstrations write an edit (engines/env/micro.py: line_edit): edit (line "
+        "number + the whole new line), replace (the old line copied, with lines above it until unique), or a short "
+        "form that writes only the tokens that change, OLD unique in its scope: short_replace (the file), "
+        "line_change (`change m.py LINE`), function_change (`change m.py NAME`, the named function). The policy "
+        "may use any. benchmarks/edit_gate.py measures how often each warm start writes a valid edit.",
+    )
+    demonstrations: DemonstrationKind = Field(
+        "oracle",
+        description="Who writes the warm start's demonstrations: oracle (the fix, after failed attempts masked from "
+        "the loss in failed_attempt_share of them) or candidates (distinct plausible edits of the named function in "
+        "random order until the tests pass or env.edit_attempts run out, every attempt trained: the tools and the "
+        "edit form, not the fixes; needs env.edit_attempts >= 1).",
     )
     cache: bool = Field(
         True,
@@ -360,6 +369,11 @@ class RunConfig(BaseModel):
             raise ValueError(
                 f"retention.keep_last ({self.retention.keep_last}) is below rl.async_level + 1 ({needed}): rollouts may "
                 "still be generated with the versions it would delete; raise it or leave it unset"
+            )
+        if self.trainer.sft.demonstrations == "candidates" and not self.env.edit_attempts:
+            raise ValueError(
+                "trainer.sft.demonstrations = 'candidates' tries edits until the tests pass, which needs edit "
+                "feedback: set env.edit_attempts >= 1, or use demonstrations = 'oracle'"
             )
         if self.eval.tasks > self.tasks.heldout_tasks and self.tasks.kind == "micro":
             raise ValueError(

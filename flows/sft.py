@@ -57,7 +57,12 @@ def build(config: RunConfig, train: list[Task], out: str, store: Store | None = 
     (a path inside `store` when given, else a local folder)."""
     sft = config.trainer.sft
     demos = demonstrations(
-        quote(train), config.env.edit_attempts, sft.failed_attempt_share, config.tasks.seed, sft.edit_tool
+        quote(train),
+        config.env.edit_attempts,
+        sft.failed_attempt_share,
+        config.tasks.seed,
+        sft.edit_tool,
+        sft.demonstrations,
     )
     init = create_model(initial_dir(work_dir(config)), quote(demos), config.model.tiny)
     return fine_tune(init, quote(demos), out, config.trainer, store)
@@ -72,6 +77,7 @@ def cache_inputs(config: RunConfig, train: list[Task]) -> dict:
         "edit_attempts": config.env.edit_attempts,
         "failed_attempt_share": sft.failed_attempt_share,
         "edit_tool": sft.edit_tool,
+        "demonstrator": sft.demonstrations,
         "seed": config.tasks.seed,
     }
     # The switch itself and how often progress is printed change no weight.

@@ -9,8 +9,8 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from engines.env.micro import EditTool, oracle_messages
-from engines.env.micro_demos import feedback_demonstrations
+from engines.env.micro import DemonstrationKind, EditTool, oracle_messages
+from engines.env.micro_demos import warm_start_demonstrations
 from engines.env.types import Task
 from engines.model import hub
 from engines.model.tiny import TinyModelConfig, create_tiny_model
@@ -24,13 +24,19 @@ from storage.fs import Store
 
 @task(name="oracle-demonstrations", cache_policy=NO_CACHE)
 def demonstrations(
-    tasks: list[Task], edit_attempts: int, failed_share: float, seed: int, tool: EditTool
+    tasks: list[Task],
+    edit_attempts: int,
+    failed_share: float,
+    seed: int,
+    tool: EditTool,
+    kind: DemonstrationKind = "oracle",
 ) -> list[list[dict]]:
-    """Oracle episodes of the micro tasks in the run's protocol, each edit written with
-    `tool`: plain edit then submit, or under edit feedback a share of them with failed
-    attempts first."""
+    """Episodes of the micro tasks in the run's protocol, each edit written with `tool`.
+    oracle: plain edit then submit, or under edit feedback a share of them with failed
+    attempts first (masked); candidates: the uniform-candidate demonstrator's attempts,
+    all trained (engines/env/micro_demos.py)."""
     if edit_attempts:
-        return feedback_demonstrations(tasks, edit_attempts, failed_share, seed, tool)
+        return warm_start_demonstrations(tasks, edit_attempts, failed_share, seed, tool, kind)
     return [oracle_messages(t, tool) for t in tasks]
 
 

@@ -22,6 +22,7 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
+from engines.env.edits import line_tokens
 from engines.env.types import Split, Task
 from engines.env.workspace import tree_hash, unified_diff
 from engines.protocol import Action, render_action
@@ -190,6 +191,91 @@ def _mutate(source: str, rng: random.Random) -> tuple[str, str, int] | None:
     return "\n".join(lines), kind, stmt.lineno
 
 
+# Inverses of the mutation kinds above: the ops a mutation could have come from.
+_ARITH_FROM: dict[type, list[type]] = {}
+for _src, _dst in _ARITH.items():
+    _ARITH_FROM.setdefault(_dst, []).append(_src)
+
+
+def _inverse_mutations(node: ast.AST) -> list[tuple[str, object]]:
+    """(kind, argument) of every edit that would undo a mutation of `node`'s kind."""
+    out: list[tuple[str, object]] = []
+    if isinstance(node, ast.BinOp):
+        out += [("arithmetic", op) for op in _ARITH_FROM.get(type(node.op), [])]
+        if isinstance(node.op, _ASYMMETRIC):
+            out.append(("swapped_operands", None))
+        out += [("removed_minus", side) for side in ("left", "right") if isinstance(getattr(node, side), ast.Name)]
+    elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _FLIP:
+        out += [("comparison", _FLIP[type(node.ops[0])]), ("swapped_operands", None), ("removed_not", None)]
+    elif isinstance(node, ast.Constant) and type(node.value) is int:
+        out += [("constant", -1), ("constant", 1)]
+    return out
+
+
+class _Undo(ast.NodeTransformer):
+    def __init__(self, target: ast.AST, kind: str, arg: object):
+        self.target, self.kind, self.arg = target, kind, arg
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        if node is not self.target:
+            return self.generic_visit(node)
+        if self.kind == "arithmetic":
+            node.op = self.arg()
+        elif self.kind == "comparison":
+            node.ops = [self.arg()]
+        elif self.kind == "swapped_operands" and isinstance(node, ast.BinOp):
+            node.left, node.right = node.right, node.left
+        elif self.kind == "swapped_operands":
+            node.left, node.comparators = node.comparators[0], [node.left]
+        elif self.kind == "constant":
+            node.value = node.value + self.arg
+        elif self.kind == "removed_not":
+            return ast.UnaryOp(ast.Not(), node)
+        else:  # removed minus: negate one operand
+            setattr(node, self.arg, ast.UnaryOp(ast.USub(), getattr(node, self.arg)))
+        return node
+
+
+def plausible_edits(source: str, function: str) -> list[tuple[int, str, str]]:
+    """(1-based line, new line, kind) of every edit of function `function` that undoes
+    one of the generator's mutation kinds: the candidates a searcher who knows the bug
+    kinds, but not the bug, would try. Distinct (line, text) pairs, in file order."""
+    lines = source.rstrip("\n").split("\n")
+    tree = ast.parse(source)
+    func = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    out: dict[tuple[int, str], str] = {}
+    for stmt in ast.walk(func):
+        if not isinstance(stmt, ast.stmt) or isinstance(stmt, ast.FunctionDef):
+            continue
+        old = lines[stmt.lineno - 1]
+        indent = old[: len(old) - len(old.lstrip())]
+        if indent + _header(stmt) != old:
+            continue
+        for index, node in enumerate(ast.walk(_root(stmt))):
+            for kind, arg in _inverse_mutations(node):
+                copy = ast.parse(
+                    ast.unparse(stmt) if not isinstance(stmt, (ast.If, ast.For)) else _header(stmt) + " pass"
+                )
+                root = _root(copy.body[0])
+                target = next(n for i, n in enumerate(ast.walk(root)) if i == index)
+                _Undo(target, kind, arg).visit(copy.body[0])
+                new = indent + _header(copy.body[0])
+                if new != old:
+                    out.setdefault((stmt.lineno, new), kind)
+    return [(line, text, kind) for (line, text), kind in out.items()]
+
+
+def _root(stmt: ast.stmt) -> ast.AST:
+    """The part of a statement its one source line holds (a header's test or iterable)."""
+    return stmt.test if isinstance(stmt, ast.If) else stmt.iter if isinstance(stmt, ast.For) else stmt
+
+
+def named_function(task: Task) -> str:
+    """The function the task's failing call names (the problem statement's last line)."""
+    call = task.problem_statement.rsplit("\n", 1)[-1]
+    return call[: call.index("(")]
+
+
 def mutate_line(source: str, rng: random.Random) -> tuple[int, str] | None:
     """One single-token mutation of `source` as (1-based line, new line text)."""
     mutated = _mutate(source, rng)
@@ -335,24 +421,89 @@ def generate_micro_tasks(n: int, seed: int, split: Split = "train") -> list[Task
     return tasks
 
 
-EditTool = Literal["edit", "replace"]
+EditTool = Literal["edit", "replace", "short_replace", "line_change", "function_change"]
+EDIT_FORMS: tuple[str, ...] = EditTool.__args__
+# Who writes the warm start's demonstrations: the oracle (the fix, engines/env/micro_demos.py
+# feedback_demonstrations) or the uniform-candidate demonstrator (candidate_demonstrations).
+DemonstrationKind = Literal["oracle", "candidates"]
 
 
 def line_edit(source: str, line: int, text: str, tool: EditTool = "edit") -> Action:
-    """The action that sets 1-based `line` of `source` to `text`, in either edit form.
+    """The action that sets 1-based `line` of `source` to `text`, in one of the edit forms.
 
-    `edit` names the line by number. `replace` names it by content: the old line is
-    copied, with as many lines above it as make it occur once in the file, so a
-    right fix can never land on a wrong line (the commonest failure of a tiny model
-    writing line numbers)."""
+    `edit` names the line by number and writes it whole. `replace` names it by content:
+    the old line is copied, with as many lines above it as make it occur once in the
+    file. The short forms write only the part that changes, OLD being the fewest whole
+    tokens around the change that occur once in their scope: the file
+    (`short_replace`, a str_replace with a short old string), line `line`
+    (`line_change`: `change m.py LINE`), or the function holding the line
+    (`function_change`: `change m.py NAME`, no line number at all)."""
     if tool == "edit":
         return Action("edit", path=MODULE, line=line, body=text)
     lines = source.rstrip("\n").split("\n")
+    if tool == "replace":
+        return _context_replace(source, lines, line, text)
+    if tool == "line_change":
+        old, new = _short_span(lines[line - 1], text, [lines[line - 1]])
+        return Action("change", path=MODULE, line=line, old=old, new=new)
+    if tool == "function_change":
+        name, (first, last) = _enclosing_function(lines, line)
+        span = _short_span(lines[line - 1], text, lines[first - 1 : last])
+        if span is not None:
+            return Action("change", path=MODULE, scope=name, old=span[0], new=span[1])
+        return line_edit(source, line, text, "line_change")  # no span occurs once in the function
+    span = _short_span(lines[line - 1], text, lines)
+    if span is None:
+        return _context_replace(source, lines, line, text)
+    return Action("replace", path=MODULE, old=span[0], new=span[1])
+
+
+def _context_replace(source: str, lines: list[str], line: int, text: str) -> Action:
     for first in range(line - 1, -1, -1):
         old = "\n".join(lines[first:line])
         if source.count(old) == 1:
             return Action("replace", path=MODULE, old=old, new="\n".join([*lines[first : line - 1], text]))
     raise ValueError(f"line {line} of {MODULE} has no unique context above it")
+
+
+def _short_span(old_line: str, new_line: str, scope: list[str]) -> tuple[str, str] | None:
+    """(OLD, NEW): the fewest whole tokens of `old_line` around its change to `new_line`
+    whose text occurs once in `scope` (the lines it must be unique in), and their new
+    text; NEW is never empty. None when even the whole line is not unique."""
+    a, b = line_tokens(old_line), line_tokens(new_line)
+    if not a or not b:
+        return None
+    pre = 0
+    while pre < min(len(a), len(b)) and a[pre][0] == b[pre][0]:
+        pre += 1
+    suf = 0
+    while suf < min(len(a), len(b)) - pre and a[-1 - suf][0] == b[-1 - suf][0]:
+        suf += 1
+    text = "\n".join(scope)
+    lo, hi = pre, len(a) - suf  # changed tokens of the old line: [lo, hi)
+    for width in range(max(1, hi - lo), len(a) + 1):
+        for left in range(max(0, hi - width), min(lo, len(a) - width) + 1):
+            right = left + width  # old tokens [left, right), covering [lo, hi)
+            old = old_line[a[left][1] : a[right - 1][2]]
+            new_right = right - len(a) + len(b)
+            if new_right <= left:
+                continue  # NEW would be empty
+            new = new_line[b[left][1] : b[new_right - 1][2]]
+            if text.count(old) == 1 and old_line.replace(old, new, 1) == new_line:
+                return old, new
+    return None
+
+
+def _enclosing_function(lines: list[str], line: int) -> tuple[str, tuple[int, int]]:
+    """The name and (first, last) lines of the innermost function holding `line`."""
+    best = None
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        inside = isinstance(node, ast.FunctionDef) and node.lineno <= line <= (node.end_lineno or node.lineno)
+        if inside and (best is None or node.lineno > best.lineno):
+            best = node
+    if best is None:
+        raise ValueError(f"line {line} of {MODULE} is in no function")
+    return best.name, (best.lineno, best.end_lineno or best.lineno)
 
 
 def oracle_action(task: Task, tool: EditTool = "edit") -> Action:

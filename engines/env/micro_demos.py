@@ -8,6 +8,12 @@ single-token mutation of a line, like the bugs the generator injects, that still
 fails the tests; then the fix. The wrong attempts are masked from the loss
 (`"train": False`): the model learns what to do after a failure, never to make one.
 
+A "candidates" demonstration (`candidate_messages`) knows the tools, not the fixes: it
+tries the named function's plausible edits (inverses of the generator's mutation kinds)
+in a uniformly random order, never one twice, until the tests pass or the attempts run
+out, and every attempt is trained. A model warm-started on it learns to write valid,
+distinct edits in the right place; which edit is right is left for the reward to teach.
+
 Observations are computed in-process, as the generator validates its tasks (the
 code is the generator's own; the sandboxed grader stays the judge of the model's
 patches), and rendered by the same functions as the session's, so a
@@ -19,7 +25,17 @@ from __future__ import annotations
 import random
 
 from engines.env.feedback import attempt_observation
-from engines.env.micro import MODULE, TEST_MODULE, EditTool, line_edit, mutate_line, run_module
+from engines.env.micro import (
+    MODULE,
+    TEST_MODULE,
+    DemonstrationKind,
+    EditTool,
+    line_edit,
+    mutate_line,
+    named_function,
+    plausible_edits,
+    run_module,
+)
 from engines.env.types import Task
 from engines.protocol import render_action
 
@@ -96,3 +112,49 @@ def feedback_demonstrations(
         wrong = wrong_edits(task, rng, failures) if failures else []
         demos.append(feedback_messages(task, max_attempts, wrong, tool))
     return demos
+
+
+def _passes(task: Task, lines: list[str], line: int, text: str) -> tuple[bool, dict[str, str]]:
+    statuses = local_statuses(task, "\n".join(lines[: line - 1] + [text] + lines[line:]))
+    return all(v == "PASSED" for v in statuses.values()), statuses
+
+
+def candidate_messages(task: Task, max_attempts: int, rng: random.Random, tool: EditTool = "edit") -> list[dict]:
+    """An episode of the uniform-candidate demonstrator: distinct plausible edits of the
+    named function in random order, each followed by its real observation, until one
+    passes or `max_attempts` (at least 1) were made. Every attempt is trained."""
+    buggy = task.meta()["files"][MODULE]
+    lines = buggy.rstrip("\n").split("\n")
+    candidates = plausible_edits(buggy, named_function(task))
+    rng.shuffle(candidates)
+    messages: list[dict] = [{"role": "user", "content": task.problem_statement}]
+    for attempt, (line, text, _) in enumerate(candidates[: max(1, max_attempts)], 1):
+        messages.append({"role": "assistant", "content": render_action(line_edit(buggy, line, text, tool))})
+        passed, statuses = _passes(task, lines, line, text)
+        if passed or attempt == max(1, max_attempts):
+            break  # the episode ends on this turn: the loop shows no observation after it
+        messages.append({"role": "tool", "content": attempt_observation(statuses, attempt, max_attempts)})
+    return messages
+
+
+def candidate_demonstrations(
+    tasks: list[Task], max_attempts: int, seed: int, tool: EditTool = "edit"
+) -> list[list[dict]]:
+    """One uniform-candidate demonstration per task (`candidate_messages`)."""
+    rng = random.Random(seed)
+    return [candidate_messages(task, max_attempts, rng, tool) for task in tasks]
+
+
+def warm_start_demonstrations(
+    tasks: list[Task],
+    max_attempts: int,
+    failed_share: float,
+    seed: int,
+    tool: EditTool = "edit",
+    kind: DemonstrationKind = "oracle",
+) -> list[list[dict]]:
+    """The warm start's demonstrations under edit feedback (max_attempts >= 1): the
+    oracle's (`feedback_demonstrations`) or the uniform-candidate demonstrator's."""
+    if kind == "candidates":
+        return candidate_demonstrations(tasks, max_attempts, seed, tool)
+    return feedback_demonstrations(tasks, max_attempts, failed_share, seed, tool)

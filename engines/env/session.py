@@ -2,7 +2,7 @@
 
 `EnvSession.open(task, config)` prepares a private writable copy of the task's
 base; `step(action_text)` parses one model turn with `engines.protocol` and runs
-the tool: view and edit/replace on the host (paths confined to the copy), bash
+the tool: view and edit/replace/change on the host (paths confined to the copy), bash
 and test inside the sandbox. With a `tester` (a grading pool's warm sandboxes,
 engines/rollout/step.py), `test` runs the task's tests on the session's diff
 there, within the pool's memory bound: for a micro task its plain test functions
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engines.env.config import EnvConfig
+from engines.env.edits import EditError, apply_edit
 from engines.env.feedback import all_passed, attempt_observation, edit_echo, test_summary
 from engines.env.grader import node_args
 from engines.env.micro import numbered
@@ -30,7 +31,7 @@ from engines.env.report import evaluate, frame_log
 from engines.env.sandbox import Runner, make_runner
 from engines.env.types import GradeResult, StepResult, Task
 from engines.env.workspace import Workspace
-from engines.protocol import Action, InvalidAction, parse_action
+from engines.protocol import EDIT_TOOLS, Action, InvalidAction, parse_action
 
 _VIEW_LINES = 60  # lines shown by a bare `view PATH`
 
@@ -68,8 +69,8 @@ class EnvSession:
             if action.tool == "submit":
                 self.done = True
                 return StepResult("submitted", True)
-            handler = getattr(self, f"_{action.tool}")
-            if action.tool in ("edit", "replace") and self.config.edit_attempts:
+            handler = self._edit if action.tool in EDIT_TOOLS else getattr(self, f"_{action.tool}")
+            if action.tool in EDIT_TOOLS and self.config.edit_attempts:
                 saved = self._saved(action.path)
                 return self._attempt(handler(action), saved)
             return StepResult(self._clip(handler(action)), False)
@@ -100,26 +101,17 @@ class EnvSession:
         return numbered("\n".join(lines[start - 1 : end]), start)
 
     def _edit(self, action: Action) -> str:
+        """edit, replace and change (engines/env/edits.py applies each)."""
         lines, error = self._read(action.path)
         if error:
             return error
-        if action.line > len(lines):
-            return f"error: {action.path} has {len(lines)} lines; edit a line between 1 and {len(lines)}"
-        new = action.body.split("\n") if action.body else []
-        lines[action.line - 1 : action.line] = new
-        self._write(action.path, lines)
-        return edit_echo(action.path, action.line, new)
-
-    def _replace(self, action: Action) -> str:
-        lines, error = self._read(action.path)
-        if error:
-            return error
-        text = "\n".join(lines)
-        count = text.count(action.old) if action.old else 0
-        if count != 1:
-            return f"error: the old text occurs {count} times in {action.path}; give text that occurs exactly once"
-        self._write(action.path, text.replace(action.old, action.new, 1).split("\n"))
-        return f"replaced in {action.path}"
+        edited = apply_edit(action.path, lines, action)
+        if isinstance(edited, EditError):
+            return f"error: {edited.message}"
+        self._write(action.path, edited.lines)
+        if action.tool == "replace":
+            return f"replaced in {action.path}"
+        return edit_echo(action.path, edited.first, edited.new)
 
     def _bash(self, action: Action) -> str:
         run = self._sandbox().run(action.body, self.workspace.root)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engines.protocol import ASSISTANT, END, TOOL, parse_action
+from engines.protocol import ASSISTANT, EDIT_TOOLS, END, TOOL, parse_action
 
 _REVERTED = re.compile(r"\nreverted \(attempt \d+ of \d+\)$")
 _TURN = re.compile(
@@ -42,9 +42,9 @@ def attempt_stats(conversation: str, resolved: bool) -> AttemptStats:
     last_edit: tuple | None = None
     for action_text, observation in _TURN.findall(conversation):
         action = parse_action(action_text)
-        if getattr(action, "tool", None) not in ("edit", "replace"):
+        if getattr(action, "tool", None) not in EDIT_TOOLS:
             continue
-        key = (action.tool, action.path, action.line, action.body, action.old, action.new)
+        key = (action.tool, action.path, action.line, action.scope, action.body, action.old, action.new)
         if observation and _REVERTED.search(observation):
             repeats += key in failed
             failed.append(key)

@@ -2,7 +2,7 @@
 
 A warm start (the tiny MoE and its tokenizer after SFT on demonstrations) is a function
 of the training tasks (their content hash), how the demonstrations are written (kind,
-edit protocol, failed-attempt share, edit tool, seed), the SFT settings, the trainer
+edit protocol, failed-attempt share, edit tool, demonstrator, seed), the SFT settings, the trainer
 settings SFT reads (`SFT_TRAINER_FIELDS`), the tiny model's shape, and the code of the
 modules that make it (`CODE_MODULES`). `warm_start_key` hashes all of them; `cached`
 builds a warm start once per key under `<cache>/warm-starts/<key>` ($TANDEM_CACHE, else
@@ -34,6 +34,7 @@ _REPO = Path(__file__).resolve().parents[2]
 # template, SFT and what it calls (packing, optimizer, export).
 CODE_MODULES = (
     "engines/env/micro.py",
+    "engines/env/edits.py",
     "engines/env/micro_demos.py",
     "engines/env/feedback.py",
     "engines/model/tiny.py",

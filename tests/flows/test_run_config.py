@@ -18,6 +18,8 @@ from flows.run_config import RunConfig
         (["--tasks.kind", "corpus"], "tasks.corpus_path"),
         (["--tasks.kind", "corpus", "--tasks.corpus_path", "c/"], "model.path"),
         (["--inference.sampling.temperature", "1.0"], "trainer.temperature"),
+        (["--trainer.sft.demonstrations", "candidates", "--env.edit_attempts", "0"], "env.edit_attempts"),
+        (["--trainer.sft.edit_tool", "change"], "trainer.sft.edit_tool"),
     ],
 )
 def test_bad_run_configs_name_the_key(overrides, named):

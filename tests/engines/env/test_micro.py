@@ -77,3 +77,81 @@ def test_a_line_edit_is_written_by_number_or_by_unique_content():
         "replace", path=MODULE, old="def g(a, b):\n    return a + b", new="def g(a, b):\n    return a - b"
     )
     assert source.replace(by_content.old, by_content.new).endswith("def g(a, b):\n    return a - b\n")
+
+
+def test_every_edit_form_writes_the_fix_so_that_it_applies_exactly():
+    """On 200 tasks, each form's oracle action parses back to itself and, applied as the
+    session applies it, turns the buggy module into the original one."""
+    from engines.env.edits import apply_edit
+    from engines.env.micro import EDIT_FORMS
+    from engines.protocol import render_action
+
+    for task in generate_micro_tasks(200, seed=11):
+        meta = task.meta()
+        lines = meta["files"][MODULE].rstrip("\n").split("\n")
+        fixed = [*lines[: meta["line"] - 1], meta["fixed_line"], *lines[meta["line"] :]]
+        for form in EDIT_FORMS:
+            action = oracle_action(task, form)
+            assert parse_action(render_action(action)) == action
+            assert apply_edit(MODULE, lines, action).lines == fixed, (form, action)
+
+
+def test_short_forms_write_only_the_tokens_that_change():
+    source = "def f(a, b):\n    c = a - 2\n    return c - b\ndef g(a, b):\n    return c - a\n"
+    # `-` occurs once on line 3, twice in f, three times in the file; `c -` once in f, twice in the file
+    assert line_edit(source, 3, "    return c + b", "line_change") == Action(
+        "change", path=MODULE, line=3, old="-", new="+"
+    )
+    assert line_edit(source, 3, "    return c + b", "function_change") == Action(
+        "change", path=MODULE, scope="f", old="c -", new="c +"
+    )
+    assert line_edit(source, 3, "    return c + b", "short_replace") == Action(
+        "replace", path=MODULE, old="- b", new="+ b"
+    )
+    # an inserted token: OLD is the token beside it, NEW is never empty
+    assert line_edit(source, 5, "    return c - -a", "function_change") == Action(
+        "change", path=MODULE, scope="g", old="- a", new="- -a"
+    )
+
+
+def test_plausible_edits_of_the_named_function_hold_the_fix():
+    from engines.env.micro import named_function, plausible_edits
+
+    tasks = generate_micro_tasks(300, seed=5)
+    held = 0
+    for task in tasks:
+        meta = task.meta()
+        edits = plausible_edits(meta["files"][MODULE], named_function(task))
+        assert len({(line, text) for line, text, _ in edits}) == len(edits)  # distinct
+        lines = meta["files"][MODULE].split("\n")
+        assert all(text != lines[line - 1] for line, text, _ in edits)  # each changes its line
+        held += (meta["line"], meta["fixed_line"]) in {(line, text) for line, text, _ in edits}
+    # only a constant mutated from 0 to -1 has no inverse here (-1 is a unary minus, not a constant)
+    assert held >= 0.98 * len(tasks)
+
+
+def test_the_candidate_demonstrator_tries_distinct_edits_until_one_passes():
+    import random
+
+    from engines.env.micro import named_function, plausible_edits
+    from engines.env.micro_demos import candidate_messages, local_statuses
+
+    for task in generate_micro_tasks(60, seed=9):
+        buggy = task.meta()["files"][MODULE]
+        messages = candidate_messages(task, 3, random.Random(0), "line_change")
+        turns = [m for m in messages if m["role"] == "assistant"]
+        actions = [parse_action(m["content"]) for m in turns]
+        assert 1 <= len(turns) <= 3 and all(m.get("train", True) for m in turns)  # every attempt trained
+        assert len(set(actions)) == len(actions)  # never a repeat
+        lines = buggy.rstrip("\n").split("\n")
+        candidates = {(line, text) for line, text, _ in plausible_edits(buggy, named_function(task))}
+        results = []
+        for action in actions:
+            new = lines[action.line - 1].replace(action.old, action.new, 1)
+            assert (action.line, new) in candidates
+            source = "\n".join([*lines[: action.line - 1], new, *lines[action.line :]])
+            results.append(all(s == "PASSED" for s in local_statuses(task, source).values()))
+        assert not any(results[:-1])  # it stops at the first pass
+        assert results[-1] or len(turns) == 3
+        # observations follow every attempt but the last, as in a live episode
+        assert [m["role"] for m in messages[1:]] == ["assistant", "tool"] * (len(turns) - 1) + ["assistant"]

@@ -66,3 +66,45 @@ def test_sessions_on_threads_do_not_interfere(micro_tasks, env_config):
         patches = list(pool.map(episode, tasks))
     for task, patch in zip(tasks, patches):
         assert patch == task.patch
+
+
+@pytest.mark.parametrize("form", ["line_change", "function_change", "short_replace"])
+def test_a_short_edit_form_fixes_the_task_in_a_session(micro_tasks, env_config, form):
+    """The oracle fix written in each short form: applied by the session, echoed, and
+    its diff resolves the task under the real grader."""
+    task = micro_tasks[3]
+    with EnvSession.open(task, env_config) as s:
+        obs = s.step(render_action(oracle_action(task, form))).observation
+        meta = task.meta()
+        expected = (
+            "replaced in m.py" if form == "short_replace" else f"edited m.py\n{meta['line']} {meta['fixed_line']}"
+        )
+        assert obs == expected
+        patch = s.patch()
+    assert patch == task.patch
+    assert grade(task, patch, env_config).resolved
+
+
+def test_a_refused_change_is_an_observation_and_no_attempt(micro_tasks, env_config, tmp_path):
+    """Under edit feedback, a change whose OLD is not in its scope changes nothing and
+    costs no attempt; a tested change that fails is rolled back."""
+    from engines.env.micro import named_function
+    from engines.env.types import GradeResult
+
+    task = micro_tasks[4]
+    config = env_config.model_copy(update={"edit_attempts": 2})
+    calls = []
+
+    def failing_tester(task, workspace):
+        calls.append((workspace.root / "m.py").read_text())
+        return GradeResult(False, 0.0, 0, 1, 0, 0, {task.FAIL_TO_PASS[0]: "FAILED"})
+
+    with EnvSession.open(task, config, tester=failing_tester) as s:
+        name = named_function(task)
+        refused = s.step(f"change m.py {name}\nnot a token here\nx")
+        assert refused.observation == f"error: OLD occurs 0 times in function {name} of m.py; copy text from it"
+        assert s.attempts == 0 and not calls and s.patch() == ""
+        tried = s.step(render_action(oracle_action(task, "function_change")))
+        assert s.attempts == 1 and tried.observation.endswith("reverted (attempt 1 of 2)")
+        assert calls and calls[0] != task.meta()["files"]["m.py"]  # the tests saw the changed file
+        assert s.patch() == ""  # rolled back

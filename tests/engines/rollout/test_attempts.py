@@ -54,6 +54,16 @@ def test_the_last_allowed_attempt_has_no_observation_and_still_counts():
     assert (stats.attempts, stats.first_passed, stats.repeats) == (3, False, 1)
 
 
+def test_change_attempts_count_and_repeat_by_scope_and_text():
+    turns = [
+        ("change m.py f\n+\n-", FAIL.format(1)),
+        ("change m.py g\n+\n-", FAIL.format(2)),  # another function: not a repeat
+        ("change m.py f\n+\n-", None),
+    ]
+    stats = attempt_stats(_conversation(turns), resolved=False)
+    assert (stats.attempts, stats.first_passed, stats.repeats) == (3, False, 1)
+
+
 def test_mcnemar_matches_the_binomial_formula():
     before = [True] * 10 + [False] * 20 + [True] * 5
     after = [False] * 10 + [True] * 20 + [True] * 5  # 10 lost, 20 gained, 5 kept

@@ -37,6 +37,8 @@ CHANGES = [
     ("demonstrations", {**BASE["demonstrations"], "edit_attempts": 0}),
     ("demonstrations", {**BASE["demonstrations"], "failed_attempt_share": 0.25}),
     ("demonstrations", {**BASE["demonstrations"], "edit_tool": "replace"}),
+    ("demonstrations", {**BASE["demonstrations"], "edit_tool": "function_change"}),
+    ("demonstrations", {**BASE["demonstrations"], "demonstrator": "candidates"}),
     ("sft", {**BASE["sft"], "max_steps": 400}),
     ("sft", {**BASE["sft"], "lr": 0.001}),
     ("trainer", {**BASE["trainer"], "seed": 1}),
