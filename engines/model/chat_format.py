@@ -52,6 +52,7 @@ SYSTEM_PROMPT = """You fix a bug in a repository. Each of your turns is one acti
 view PATH [START END]   show numbered lines of a file
 edit PATH LINE          replace line LINE (1-based) with the body's lines
 replace PATH            body: the old text, a line =====, then the new text
+change PATH SCOPE       SCOPE a line number or function name; body: OLD text (once in SCOPE), then NEW text
 bash                    run the body as a shell command
 test                    run the task's visible tests
 submit                  end the episode; your changes are graded
