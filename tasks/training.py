@@ -9,8 +9,8 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from engines.env.micro import EditTool, oracle_messages
-from engines.env.micro_demos import feedback_demonstrations
+from engines.env.micro import EditTool
+from engines.env.micro_demos import feedback_demonstrations, oracle_messages
 from engines.env.types import Task
 from engines.model import hub
 from engines.model.tiny import TinyModelConfig, create_tiny_model

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import random
 
+from engines.env.config import EnvConfig
 from engines.env.feedback import attempt_observation
-from engines.env.micro import MODULE, TEST_MODULE, EditTool, line_edit, mutate_line, run_module
+from engines.env.micro import MODULE, TEST_MODULE, EditTool, line_edit, mutate_line, oracle_action, run_module
+from engines.env.session import EnvSession
 from engines.env.types import Task
 from engines.protocol import render_action
 
@@ -96,3 +98,17 @@ def feedback_demonstrations(
         wrong = wrong_edits(task, rng, failures) if failures else []
         demos.append(feedback_messages(task, max_attempts, wrong, tool))
     return demos
+
+
+def oracle_messages(task: Task, tool: EditTool = "edit") -> list[dict[str, str]]:
+    """The canonical successful episode: problem, the one-line fix, the real observation, submit."""
+    fix = render_action(oracle_action(task, tool))
+    with EnvSession.open(task, EnvConfig()) as session:
+        prompt = session.prompt()
+        observation = session.step(fix).observation
+    return [
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": fix},
+        {"role": "tool", "content": observation},
+        {"role": "assistant", "content": "submit"},
+    ]
