@@ -2,7 +2,7 @@
 (engines/trainer/lane.py: TrainerLane).
 
 For each step s: wait until a policy fresh enough for s is published
-(engines/staleness.py), serve it, generate and grade the step's episodes, and
+(engines/handoff.py, the lanes' contract), serve it, generate and grade the step's episodes, and
 publish them as the step's `final` shard, which completes the step for the trainer
 lane. The lane holds what every step works with (servers, agents, grader, store), so
 each call names only its step; Prefect's tasks (tasks/rollout.py) wrap its methods
@@ -25,6 +25,7 @@ from typing import Any
 from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
 from engines.env.types import Task
+from engines.handoff import PolicyWait, publish_step, step_complete, wait_for_policy
 from engines.inference.agent import AgentLoop
 from engines.inference.server_pool import ServerPool
 from engines.inference.weight_cache import WeightCache
@@ -32,13 +33,11 @@ from engines.rollout.evaluate import evaluate
 from engines.rollout.metrics import episode_metrics
 from engines.rollout.records import evaluations_table
 from engines.rollout.step import GradeCache, StepResult, run_step, sample_step_tasks
-from engines.staleness import version_to_use
-from storage import checkpoints, shards, tables
+from storage import checkpoints, tables
 from storage.fs import Store
 from storage.retention import apply_retention
 
 log = logging.getLogger("tandem.rollout")
-COMPLETE_SHARD = "final"  # the shard that completes a step for the trainer lane
 
 
 @dataclass(frozen=True)
@@ -52,12 +51,6 @@ class RolloutSettings:
     policy_timeout_s: float = 3600.0  # give up waiting for the trainer after this long
     load_attempts: int = 3  # tries to load a version into the servers
     load_retry_s: float = 5.0  # pause between those tries
-
-
-@dataclass(frozen=True)
-class PolicyWait:
-    version: int
-    waited_s: float
 
 
 class RolloutLane:
@@ -96,25 +89,13 @@ class RolloutLane:
         return self.pool.version
 
     def is_published(self, step: int) -> bool:
-        return shards.shard_exists(self.store, self.run, step, COMPLETE_SHARD)
+        return step_complete(self.store, self.run, step)
 
     async def wait_for_policy(self, step: int, async_level: int | None = None) -> PolicyWait:
         """The newest published version allowed for `step`, once there is one (blocks
         while the trainer is behind). `async_level` defaults to the settings'."""
         level = self.settings.async_level if async_level is None else async_level
-        start = time.monotonic()
-        deadline = start + self.settings.policy_timeout_s
-        while True:
-            latest = checkpoints.latest(self.store, self.run)
-            version = version_to_use(step, level, None if latest is None else latest.version)
-            if version is not None:
-                return PolicyWait(version, time.monotonic() - start)
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"step {step}: no policy version >= {step - level} after {self.settings.policy_timeout_s:.0f} s; "
-                    "is the trainer lane running?"
-                )
-            await asyncio.sleep(0.25)
+        return await wait_for_policy(self.store, self.run, step, level, self.settings.policy_timeout_s)
 
     async def load_policy(self, version: int) -> float:
         """Serve `version` unless it is already served; returns the seconds this took."""
@@ -145,7 +126,7 @@ class RolloutLane:
 
     async def publish(self, step: int, result: StepResult) -> str:
         """Write the step's `final` shard (the trainer lane may train on it from now on)."""
-        return await asyncio.to_thread(shards.write_shard, self.store, self.run, step, COMPLETE_SHARD, result.table)
+        return await asyncio.to_thread(publish_step, self.store, self.run, step, result.table)
 
     async def roll_out(self, step: int) -> dict[str, Any]:
         """One whole step: wait for a fresh-enough policy, serve it, generate, publish.
