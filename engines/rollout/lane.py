@@ -28,11 +28,11 @@ from engines.env.types import Task
 from engines.handoff import PolicyWait, publish_step, step_complete, wait_for_policy
 from engines.inference.agent import AgentLoop
 from engines.inference.server_pool import ServerPool
-from engines.inference.weight_cache import WeightCache
 from engines.rollout.evaluate import evaluate
 from engines.rollout.metrics import episode_metrics
 from engines.rollout.records import evaluations_table
 from engines.rollout.step import GradeCache, StepResult, run_step, sample_step_tasks
+from engines.rollout.weight_cache import WeightCache
 from storage import checkpoints, tables
 from storage.fs import Store
 from storage.retention import apply_retention
