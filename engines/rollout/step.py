@@ -145,18 +145,7 @@ def grade_episodes(grader: GradingPool, cache: GradeCache, pairs: Sequence[tuple
         out[i] = r
     for i, (task, ep) in enumerate(pairs):
         if out[i] is None:
-            message = ep.infra_message or "the episode failed before grading"
-            out[i] = GradeResult(
-                False,
-                0.0,
-                0,
-                len(task.FAIL_TO_PASS),
-                0,
-                len(task.PASS_TO_PASS),
-                infra_failure=True,
-                infra_message=message,
-                patch_applied=False,
-            )
+            out[i] = GradeResult.failed(task, infra=ep.infra_message or "the episode failed before grading")
     return out  # type: ignore[return-value]
 
 
