@@ -4,7 +4,7 @@ trainer-lane/remote on tandem-trainer). The machines share the lake (S3 or a sha
 disk), the Prefect API and HTTP, and no local path:
 
 - the trainer publishes each weight version to the lake; the rollout host copies
-  the versions it serves into its bounded local cache (engines/inference/weight_cache.py);
+  the versions it serves into its bounded local cache (engines/rollout/weight_cache.py);
 - the trainer's resumable state goes into the lake (engines/trainer/lake_state.py),
   so a trainer lane submitted again lands on any machine and resumes at its last step;
 - the rollout host prepares the corpus itself and leaves its result in the lake for

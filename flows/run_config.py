@@ -188,7 +188,7 @@ class RunInferenceConfig(InferenceConfig):
         3,
         ge=3,
         description="With an s3:// lake, weight versions the rollout host keeps copied on local disk "
-        "(engines/inference/weight_cache.py); the oldest others are deleted before each new copy. At least 3: "
+        "(engines/rollout/weight_cache.py); the oldest others are deleted before each new copy. At least 3: "
         "the version the servers started from, the one they serve and the one being loaded.",
     )
 

@@ -12,9 +12,9 @@ from engines.env.grader import GradingPool
 from engines.env.types import Task
 from engines.inference.agent import AgentLoop
 from engines.inference.server_pool import ServerPool
-from engines.inference.weight_cache import WeightCache
 from engines.model.load import load_tokenizer
 from engines.rollout.lane import RolloutLane, RolloutSettings
+from engines.rollout.weight_cache import WeightCache
 from flows.run_config import RunConfig
 from storage import checkpoints
 from storage.fs import Store

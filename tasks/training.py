@@ -9,8 +9,8 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from engines.env.micro import DemonstrationKind, EditTool, oracle_messages
-from engines.env.micro_demos import warm_start_demonstrations
+from engines.env.micro import DemonstrationKind, EditTool
+from engines.env.micro_demos import oracle_messages, warm_start_demonstrations
 from engines.env.types import Task
 from engines.model import hub
 from engines.model.tiny import TinyModelConfig, create_tiny_model

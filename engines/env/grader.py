@@ -286,22 +286,7 @@ def _result(
     applied: bool = True,
     runner: Literal["pytest", "plain"] = "pytest",
 ) -> GradeResult:
-    report = {t: "MISSING" for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)}
-    return GradeResult(
-        False,
-        0.0,
-        0,
-        len(task.FAIL_TO_PASS),
-        0,
-        len(task.PASS_TO_PASS),
-        report,
-        bool(infra),
-        infra,
-        time.monotonic() - start,
-        applied and not infra,
-        notes,
-        runner,
-    )
+    return GradeResult.failed(task, infra, notes, applied, time.monotonic() - start, runner)
 
 
 def report_json(result: GradeResult) -> str:

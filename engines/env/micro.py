@@ -25,7 +25,7 @@ from typing import Literal
 from engines.env.edits import line_tokens
 from engines.env.types import Split, Task
 from engines.env.workspace import tree_hash, unified_diff
-from engines.protocol import Action, render_action
+from engines.protocol import Action
 
 MODULE = "m.py"
 TEST_MODULE = "test_m.py"
@@ -509,23 +509,6 @@ def _enclosing_function(lines: list[str], line: int) -> tuple[str, tuple[int, in
 def oracle_action(task: Task, tool: EditTool = "edit") -> Action:
     meta = task.meta()
     return line_edit(meta["files"][meta["file"]], meta["line"], meta["fixed_line"], tool)
-
-
-def oracle_messages(task: Task, tool: EditTool = "edit") -> list[dict[str, str]]:
-    """The canonical successful episode: problem, the one-line fix, the real observation, submit."""
-    from engines.env.config import EnvConfig
-    from engines.env.session import EnvSession
-
-    fix = render_action(oracle_action(task, tool))
-    with EnvSession.open(task, EnvConfig()) as session:
-        prompt = session.prompt()
-        observation = session.step(fix).observation
-    return [
-        {"role": "user", "content": prompt},
-        {"role": "assistant", "content": fix},
-        {"role": "tool", "content": observation},
-        {"role": "assistant", "content": "submit"},
-    ]
 
 
 def _enc(files: dict[str, str]) -> dict[str, bytes]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 
+from engines.env.config import EnvConfig
 from engines.env.feedback import attempt_observation
 from engines.env.micro import (
     MODULE,
@@ -33,9 +34,11 @@ from engines.env.micro import (
     line_edit,
     mutate_line,
     named_function,
+    oracle_action,
     plausible_edits,
     run_module,
 )
+from engines.env.session import EnvSession
 from engines.env.types import Task
 from engines.protocol import render_action
 
@@ -158,3 +161,17 @@ def warm_start_demonstrations(
     if kind == "candidates":
         return candidate_demonstrations(tasks, max_attempts, seed, tool)
     return feedback_demonstrations(tasks, max_attempts, failed_share, seed, tool)
+
+
+def oracle_messages(task: Task, tool: EditTool = "edit") -> list[dict[str, str]]:
+    """The canonical successful episode: problem, the one-line fix, the real observation, submit."""
+    fix = render_action(oracle_action(task, tool))
+    with EnvSession.open(task, EnvConfig()) as session:
+        prompt = session.prompt()
+        observation = session.step(fix).observation
+    return [
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": fix},
+        {"role": "tool", "content": observation},
+        {"role": "assistant", "content": "submit"},
+    ]

@@ -80,6 +80,34 @@ class GradeResult:
     notes: str = ""  # why a model failure happened (patch rejected, timeout, dropped files)
     runner: Literal["pytest", "plain"] = "pytest"  # "plain": the fast runner of the test tool, never a final grade
 
+    @classmethod
+    def failed(
+        cls,
+        task: Task,
+        infra: str = "",
+        notes: str = "",
+        applied: bool = True,
+        grading_s: float = 0.0,
+        runner: Literal["pytest", "plain"] = "pytest",
+    ) -> GradeResult:
+        """No test passed: every test of `task` MISSING. With `infra` (why the harness
+        failed) it is an infrastructure failure, left out of group statistics."""
+        return cls(
+            False,
+            0.0,
+            0,
+            len(task.FAIL_TO_PASS),
+            0,
+            len(task.PASS_TO_PASS),
+            {t: "MISSING" for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)},
+            bool(infra),
+            infra,
+            grading_s,
+            applied and not infra,
+            notes,
+            runner,
+        )
+
 
 @dataclass(frozen=True)
 class StepResult:

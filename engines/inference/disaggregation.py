@@ -22,21 +22,21 @@ import dataclasses
 import logging
 import shutil
 import zlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from engines.inference.client import ServerUnavailable, completion_body, parse_completions
 from engines.inference.config import DisaggregationConfig, InferenceConfig
-from engines.inference.types import Completion, SamplingParams
+from engines.inference.types import Completion, KvRole, SamplingParams
 
 if TYPE_CHECKING:
-    from engines.inference.server_pool import ServerPool, ServerSlot
+    from engines.inference.client import CompletionClient
+    from engines.inference.server_slot import ServerSlot
 
 log = logging.getLogger(__name__)
-
-KvRole = Literal["kv_producer", "kv_consumer"]
 
 
 def kv_transfer_config(d: DisaggregationConfig, role: KvRole, shared_path: str | None = None) -> dict[str, Any]:
@@ -82,11 +82,21 @@ def join_routes(prefill: np.ndarray, decode: np.ndarray, prompt_rows: int, compl
 
 
 class PrefillDecode:
-    """Sends one request through a prefill server of `pool`, then its decode server."""
+    """Sends one request through a prefill server among `slots`, then its decode server.
 
-    def __init__(self, pool: ServerPool) -> None:
-        self.pool = pool
-        self.shared_kv = shared_kv_path(pool.cfg, pool.log_dir)  # ExampleConnector's files, else None
+    Given what it uses (the client, the fleet's slots and how a failed server is
+    recovered) rather than the pool that holds it, so it never calls back into the pool."""
+
+    def __init__(
+        self,
+        client: CompletionClient,
+        model_name: str,
+        slots: Sequence[ServerSlot],
+        recover: Callable[[ServerSlot], None],
+        shared_kv: str | None,
+    ) -> None:
+        self.client, self.model_name, self.slots, self.recover = client, model_name, slots, recover
+        self.shared_kv = shared_kv  # ExampleConnector's files (shared_kv_path), else None
 
     def clear_shared_kv(self) -> None:
         """Drop the KV files of the old weights after a weight update. ExampleConnector
@@ -99,7 +109,7 @@ class PrefillDecode:
             shutil.rmtree(entry, ignore_errors=True)
 
     def _pick_prefill(self, session_id: str | None) -> ServerSlot | None:
-        healthy = [s for s in self.pool.slots if s.role == "kv_producer" and s.healthy]
+        healthy = [s for s in self.slots if s.role == "kv_producer" and s.healthy]
         if not healthy:
             return None
         if session_id is not None:  # the turns of an episode reuse one prefill server's prefix cache
@@ -115,12 +125,12 @@ class PrefillDecode:
         session_id: str | None,
     ) -> Completion:
         prefill, kv_params = await self._prefill(prompt_ids, params, routed_experts_start, session_id)
-        body = completion_body(self.pool.model_name, prompt_ids, params, routed_experts_start)
+        body = completion_body(self.model_name, prompt_ids, params, routed_experts_start)
         if kv_params is not None:
             body["kv_transfer_params"] = kv_params
         if session_id is not None:
             body["session_id"] = session_id
-        data = await self.pool.client.post(decode.url, body, f"a {len(prompt_ids)}-token decode request", retries=0)
+        data = await self.client.post(decode.url, body, f"a {len(prompt_ids)}-token decode request", retries=0)
         out = parse_completions(data, decode.url, decode.version, 1)[0]
         if routed_experts_start is not None and prefill is not None and out.routed_experts is not None:
             assert prefill.routed_experts is not None
@@ -137,16 +147,16 @@ class PrefillDecode:
         if slot is None:
             return None, None
         body = completion_body(
-            self.pool.model_name, prompt_ids, dataclasses.replace(params, max_tokens=1), routed_experts_start
+            self.model_name, prompt_ids, dataclasses.replace(params, max_tokens=1), routed_experts_start
         )
         body["kv_transfer_params"] = {"do_remote_decode": True}
         slot.load += 1
         try:
             async with slot.semaphore:
-                data = await self.pool.client.post(slot.url, body, f"a {len(prompt_ids)}-token prefill", retries=0)
+                data = await self.client.post(slot.url, body, f"a {len(prompt_ids)}-token prefill", retries=0)
         except ServerUnavailable as err:
             log.warning("prefill server %s failed (%s); the decode server computes the prompt", slot.url, err)
-            self.pool.recover(slot)
+            self.recover(slot)
             return None, None
         finally:
             slot.load -= 1

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from engines.inference import wide_ep
 from engines.inference.config import InferenceConfig
-from engines.inference.disaggregation import KvRole, kv_transfer_config
+from engines.inference.disaggregation import kv_transfer_config
+from engines.inference.types import KvRole
 
 VLLM_PYTHON_ENV = "TANDEM_VLLM_PYTHON"
 # Worker extension loaded by local servers (see the module): exact in-place reloads.

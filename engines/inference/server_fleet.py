@@ -20,9 +20,9 @@ import httpx
 from engines.inference import disaggregation, launch, routes
 from engines.inference.client import ServerUnavailable
 from engines.inference.config import InferenceConfig
-from engines.inference.disaggregation import KvRole
 from engines.inference.server_process import LocalServer, ServerStartError, free_port
 from engines.inference.server_slot import ServedWeights, ServerSlot
+from engines.inference.types import KvRole
 from engines.inference.weight_check import WeightUpdateError, verify_loaded
 
 log = logging.getLogger(__name__)

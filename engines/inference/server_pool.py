@@ -70,10 +70,14 @@ class ServerPool:
         )
         self.served = ServedWeights(version)
         # Prefill/decode disaggregation: requests go through a prefill server first (disaggregation.py).
-        self._pd = disaggregation.PrefillDecode(self) if cfg.cluster.disaggregation is not None else None
-        shared_kv = self._pd.shared_kv if self._pd is not None else None
+        shared_kv = disaggregation.shared_kv_path(cfg, self.log_dir)
         self.fleet = ServerFleet(cfg, self._http, self.served, self.log_dir, shared_kv)
         self.router = Router(self.fleet.slots)
+        self._pd = (
+            disaggregation.PrefillDecode(self.client, self.model_name, self.fleet.slots, self.fleet.recover, shared_kv)
+            if cfg.cluster.disaggregation is not None
+            else None
+        )
         self.update_mode = "restart" if cfg.weight_update == "restart" else "reload"
         self._updater = RestartUpdate(self.fleet) if self.update_mode == "restart" else ReloadUpdate(self.fleet)
         self._update_lock = asyncio.Lock()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from engines.inference.server_process import LocalServer
 
 if TYPE_CHECKING:
-    from engines.inference.disaggregation import KvRole
+    from engines.inference.types import KvRole
 
 
 @dataclass(eq=False)

@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 FinishReason = Literal["submitted", "max_turns", "max_tokens", "timeout", "error"]
+KvRole = Literal["kv_producer", "kv_consumer"]  # a prefill (producer) or decode (consumer) server's KV role
 
 
 class StepResult(Protocol):

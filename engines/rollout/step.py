@@ -103,7 +103,9 @@ def episode_requests(
 
 
 @dataclass
-class StepResult:
+class StepRollouts:
+    """A step's episodes as a rollouts table, and how long generating and grading took."""
+
     table: pa.Table
     generation_s: float
     grading_s: float
@@ -120,7 +122,7 @@ async def run_step(
     tasks: Sequence[Task],
     group_size: int,
     async_level: int,
-) -> StepResult:
+) -> StepRollouts:
     """Episodes for `tasks` x `group_size`, graded, as a rollouts table (advantages are
     the trainer's: engines/trainer/advantages.py). Sampling is seeded only when the
     agent's `sampling.seed` is set."""
@@ -133,7 +135,7 @@ async def run_step(
     t2 = time.monotonic()
     staleness = check_episodes(step, async_level, [e.policy_versions for e in episodes])
     table = episodes_table(run, step, [by_id[e.task_id] for e in episodes], episodes, grades)
-    return StepResult(table, t1 - t0, t2 - t1, staleness)
+    return StepRollouts(table, t1 - t0, t2 - t1, staleness)
 
 
 def grade_episodes(grader: GradingPool, cache: GradeCache, pairs: Sequence[tuple[Task, Episode]]) -> list[GradeResult]:
@@ -145,18 +147,7 @@ def grade_episodes(grader: GradingPool, cache: GradeCache, pairs: Sequence[tuple
         out[i] = r
     for i, (task, ep) in enumerate(pairs):
         if out[i] is None:
-            message = ep.infra_message or "the episode failed before grading"
-            out[i] = GradeResult(
-                False,
-                0.0,
-                0,
-                len(task.FAIL_TO_PASS),
-                0,
-                len(task.PASS_TO_PASS),
-                infra_failure=True,
-                infra_message=message,
-                patch_applied=False,
-            )
+            out[i] = GradeResult.failed(task, infra=ep.infra_message or "the episode failed before grading")
     return out  # type: ignore[return-value]
 
 

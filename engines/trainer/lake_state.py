@@ -9,20 +9,18 @@ after each committed save its files are uploaded, `progress.json` last: that fil
 is the commit marker, so a trainer killed mid-upload leaves the previous state as
 the newest complete one. Older states beyond `keep_last` are deleted, marker first.
 At start, a lake state newer than the local ones is downloaded into a hidden
-folder and renamed into place, then loaded as usual.
+folder, fsynced and renamed into place (storage/atomic_dir.py), then loaded as usual.
 
 On a local lake whose state folder is the local state folder nothing is copied.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
 from engines.trainer.checkpoint import list_states, state_dir
+from storage.atomic_dir import atomic_dir
 from storage.fs import Store
 
 MARKER = "progress.json"
@@ -69,19 +67,13 @@ def download_newer(store: Store, run: str, local_root: Path) -> int | None:
     step = steps[-1]
     final = state_dir(local_root, step)
     remote = f"{lake_dir(store, run)}/{final.name}"
-    Path(local_root).mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{final.name}.download-", dir=local_root))
-    try:
+    # An incomplete local folder of the same step is replaced (storage/atomic_dir.py: fsynced, renamed).
+    with atomic_dir(final) as partial:
         store.call(
             f"download {store.full_url(remote)}", lambda: store.fs.get(remote + "/", str(partial), recursive=True)
         )
         if not (partial / MARKER).is_file():
             raise FileNotFoundError(f"trainer state {store.full_url(remote)} has no {MARKER}")
-        if final.exists():
-            shutil.rmtree(final)  # an incomplete local folder of the same step
-        os.replace(partial, final)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
     return step
 
 

@@ -10,10 +10,9 @@ metrics row and the advantages it trained on (the `advantages` table), then save
 the resumable state. `train_steps` is the same loop as a plain function (tests and
 Prefect tasks call it).
 
-Step completion (the contract with the rollout lane): step s is complete when its
-shard named `final` exists (`<root>/<run>/rollouts/step=<s>/final.parquet`); a lane
-that writes several shards writes `final` last. With `completion="any_shard"` any
-shard completes the step (for writers of exactly one shard per step).
+Step completion, the waits and the work folder are the lanes' contract
+(engines/handoff.py): step s is complete when its `final` shard exists; with
+`completion="any_shard"` any shard completes it.
 
 Crash and restart: the state is saved after publishing, so a restart resumes at the
 step after the newest saved state. A step whose state was not saved is redone from
@@ -32,11 +31,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from engines.handoff import Completion, wait_for_step, work_dir
 from engines.lifetime import end_with_owner, exit_with_parent_now
 from engines.model.load import load_moe_causal_lm, load_tokenizer
 from engines.rollout.metrics import episode_metrics
@@ -49,11 +48,10 @@ from engines.trainer.export import export_weights
 from engines.trainer.rl_step import rl_step
 from storage import checkpoints, shards
 from storage.config import StorageConfig
-from storage.fs import Store, open_store
+from storage.fs import open_store
 from storage.tables import write_advantages, write_step_metrics
 
 log = logging.getLogger("tandem.trainer")
-COMPLETE_SHARD = "final"
 _FORMAT_NAMES = {"fp32": "safetensors", "bf16": "safetensors", "fp8": "safetensors-fp8"}
 
 
@@ -80,8 +78,8 @@ class LaneConfig(BaseModel):
         "~/.cache/tandem-rl/work/<run>/trainer_state for an s3:// root. Each saved state is also copied into "
         "the lake (<root>/<run>/trainer_state), so a lane restarted on another machine resumes at its last step.",
     )
-    completion: Literal["final_shard", "any_shard"] = Field(
-        "final_shard", description="When a step's rollouts count as complete (see module docstring)."
+    completion: Completion = Field(
+        "final_shard", description="When a step's rollouts count as complete (engines/handoff.py)."
     )
     poll_interval_s: float = Field(0.5, gt=0, description="Seconds between checks for the next step's rollouts.")
     wait_timeout_s: float = Field(3600.0, gt=0, description="Give up waiting for one step's rollouts after this long.")
@@ -95,27 +93,7 @@ class LaneConfig(BaseModel):
     def state_path(self) -> Path:
         if self.state_dir:
             return Path(self.state_dir)
-        if self.storage.root.startswith("s3://"):  # the run's local work folder (flows/runtime.py)
-            return Path.home() / ".cache" / "tandem-rl" / "work" / self.run / "trainer_state"
-        return Path(self.storage.root).absolute() / self.run / "trainer_state"
-
-
-def step_complete(store: Store, run: str, step: int, completion: str = "final_shard") -> bool:
-    if completion == "final_shard":
-        return shards.shard_exists(store, run, step, COMPLETE_SHARD)
-    path = store.path(f"{run}/rollouts/step={step}")
-    return bool(store.call("list shards", lambda: store.fs.glob(path + "/*.parquet")))
-
-
-def wait_for_step(store: Store, cfg: LaneConfig, step: int) -> None:
-    deadline = time.monotonic() + cfg.wait_timeout_s
-    while not step_complete(store, cfg.rollouts_run, step, cfg.completion):
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"rollouts of step {step} of run {cfg.rollouts_run!r} under {store.display} were not complete after "
-                f"{cfg.wait_timeout_s:.0f} s (waiting for shard {COMPLETE_SHARD!r}): is the rollout lane running?"
-            )
-        time.sleep(cfg.poll_interval_s)
+        return work_dir(self.storage.root, self.run) / "trainer_state"
 
 
 class TrainerLane:
@@ -148,7 +126,8 @@ class TrainerLane:
             log.info("resuming run %s after step %d (state %s)", cfg.run, saved, cfg.state_path())
 
     def wait_for_rollouts(self, step: int) -> None:
-        wait_for_step(self.store, self.cfg, step)
+        cfg = self.cfg
+        wait_for_step(self.store, cfg.rollouts_run, step, cfg.completion, cfg.poll_interval_s, cfg.wait_timeout_s)
 
     def train(self, step: int) -> dict:
         """One optimizer step on step `step`'s rollouts; export, publish, record, save state."""

@@ -1,7 +1,8 @@
 import ast
 from collections import Counter
 
-from engines.env.micro import MODULE, generate_micro_tasks, line_edit, oracle_action, oracle_messages
+from engines.env.micro import MODULE, generate_micro_tasks, line_edit, oracle_action
+from engines.env.micro_demos import oracle_messages
 from engines.env.workspace import apply_to_files, base_files
 from engines.protocol import Action, parse_action, render_messages
 

@@ -17,9 +17,9 @@ from engines.env.config import EnvConfig
 from engines.env.micro import generate_micro_tasks
 from engines.env.types import GradeResult
 from engines.inference.types import Episode
-from engines.inference.weight_cache import WeightCache
 from engines.rollout.lane import RolloutLane, RolloutSettings
 from engines.rollout.metrics import episode_metrics
+from engines.rollout.weight_cache import WeightCache
 from storage import checkpoints, query, shards
 from storage.fs import Store, open_store
 

@@ -21,13 +21,13 @@ PROBE = torch.arange(5, 37).reshape(2, 16)  # fixed tokens whose logits the test
 
 
 def main(config: str, out: str) -> None:
-    from engines.trainer.lane import LaneConfig, TrainerLane, wait_for_step
+    from engines.trainer.lane import LaneConfig, TrainerLane
 
     cfg = LaneConfig.model_validate(json.loads(Path(config).read_text()))
     lane = TrainerLane(cfg)
     metrics = []
     for step in range(lane.next_step, cfg.first_step + cfg.num_steps):
-        wait_for_step(lane.store, cfg, step)
+        lane.wait_for_rollouts(step)
         metrics.append(lane.train(step))
     lane.trainee.model.eval()
     with torch.no_grad():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.inference.weight_cache import WeightCache, WeightCacheFullError
+from engines.rollout.weight_cache import WeightCache, WeightCacheFullError
 from storage import checkpoints
 from storage.fs import Store, open_store
 

@@ -3,8 +3,8 @@
 
 Servers read local files, so each version the trainer publishes to S3 is copied to
 `<root>/v<version>/` before the servers load it. A copy is written into a hidden
-folder and renamed into place (a host that dies mid-copy leaves no half version that
-looks complete). Before each new copy the oldest versions not in use are deleted:
+folder, fsynced and renamed into place (storage/atomic_dir.py: a host that dies
+mid-copy leaves no half version that looks complete). Before each new copy the oldest versions not in use are deleted:
 the servers still need the version they serve (a restarted server reloads it) and
 the one they started from (its config and weights start every restarted server).
 
@@ -14,13 +14,12 @@ nothing is copied.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 from engines.model.load import local_model_dir
+from storage.atomic_dir import atomic_dir
 from storage.fs import Store
 
 _VERSION_DIR = re.compile(r"^v(\d+)$")
@@ -53,16 +52,11 @@ class WeightCache:
         if (dest / "config.json").is_file():
             return dest
         self.evict(in_use | {version}, room=1)
-        self.root.mkdir(parents=True, exist_ok=True)
-        partial = Path(tempfile.mkdtemp(prefix=f".v{version}.", dir=self.root))
-        try:
-            remote = self._remote_path(uri)
+        remote = self._remote_path(uri)
+        with atomic_dir(dest) as partial:
             self.store.call(f"download {uri}", lambda: self.store.fs.get(remote + "/", str(partial), recursive=True))
             if not (partial / "config.json").is_file():
                 raise FileNotFoundError(f"{uri} has no config.json: the trainer publishes whole model directories")
-            os.replace(partial, dest)
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
         return dest
 
     def evict(self, in_use: set[int], room: int = 0) -> list[int]:
