@@ -148,6 +148,7 @@ class AgentLoop:
     ) -> FinishReason:
         problem = await self._in_thread(env.prompt)
         messages: list[Message] = self.chat.first_messages(problem)
+        ep.messages = messages  # grows with the episode below
         ep.prompt_ids = self.chat.prompt_ids(messages)
         if len(ep.prompt_ids) >= self.limits.max_total_tokens:
             raise RequestRejected(

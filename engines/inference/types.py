@@ -88,6 +88,8 @@ class Episode:
     started_at: datetime | None = None  # UTC
     finished_at: datetime | None = None  # UTC
     conversation: str = ""  # decode(prompt_ids + completion_ids), special tokens kept
+    # The same conversation as chat messages (role, content), whatever the chat template.
+    messages: list[dict[str, str]] = field(default_factory=list)
     patch: str = ""
     infra_failure: bool = False  # a server or the environment failed, not the model
     infra_message: str = ""  # why the episode ended in "error" (infrastructure or bad input)

@@ -32,15 +32,33 @@ class AttemptStats:
     repeats: int  # attempts identical to an earlier failed attempt
 
 
-def attempt_stats(conversation: str, resolved: bool) -> AttemptStats:
-    """Attempts of one episode from its decoded conversation and its grade.
+def conversation_turns(conversation: str) -> list[tuple[str, str]]:
+    """(action, observation) of each model turn of a conversation in this project's own
+    framing (the tiny model's, as stored trajectories hold it); observation '' when none followed."""
+    return _TURN.findall(conversation)
+
+
+def message_turns(messages: list[dict[str, str]]) -> list[tuple[str, str]]:
+    """(action, observation) of each assistant message, whatever chat template framed them."""
+    turns = []
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant":
+            after = messages[i + 1] if i + 1 < len(messages) else None
+            turns.append((m["content"], after["content"] if after and after["role"] == "tool" else ""))
+    return turns
+
+
+def attempt_stats(conversation: str, resolved: bool, messages: list[dict[str, str]] | None = None) -> AttemptStats:
+    """Attempts of one episode from its messages when the agent loop kept them (any chat
+    template), else from its decoded conversation in this project's framing, and its grade.
 
     The agent loop appends no observation after the turn that ends an episode, so
     the last edit of an episode shows only as that turn."""
+    turns = message_turns(messages) if messages else conversation_turns(conversation)
     failed: list[tuple] = []
     repeats = 0
     last_edit: tuple | None = None
-    for action_text, observation in _TURN.findall(conversation):
+    for action_text, observation in turns:
         action = parse_action(action_text)
         if getattr(action, "tool", None) not in EDIT_TOOLS:
             continue

@@ -93,8 +93,8 @@ async def evaluate(
     for e, g in zip(s_eps, s_grades):
         solved_any[e.task_id] = solved_any.get(e.task_id, False) or g.resolved
     failed = [g for g in (*g_grades, *s_grades) if g.infra_failure]
-    stats = [attempt_stats(e.conversation, g.resolved) for e, g in zip(g_eps, g_grades)]
-    s_stats = [attempt_stats(e.conversation, g.resolved) for e, g in zip(s_eps, s_grades)]
+    stats = [attempt_stats(e.conversation, g.resolved, e.messages) for e, g in zip(g_eps, g_grades)]
+    s_stats = [attempt_stats(e.conversation, g.resolved, e.messages) for e, g in zip(s_eps, s_grades)]
     rows = [evaluation_row("greedy", e, g, st) for e, g, st in zip(g_eps, g_grades, stats)]
     rows += [evaluation_row("sampled", e, g, st) for e, g, st in zip(s_eps, s_grades, s_stats)]
     retries = sum(max(0, s.attempts - 1) for s in stats)

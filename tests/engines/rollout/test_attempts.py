@@ -64,6 +64,26 @@ def test_change_attempts_count_and_repeat_by_scope_and_text():
     assert (stats.attempts, stats.first_passed, stats.repeats) == (3, False, 1)
 
 
+def test_attempts_are_read_from_messages_whatever_the_template_framed():
+    """Another chat template's text holds none of this project's role tokens; the
+    messages the agent loop kept give the same statistics as the tiny framing does."""
+    turns = [
+        ("edit m.py 2\n    return a", FAIL.format(1)),
+        ("edit m.py 2\n    return a", FAIL.format(2)),
+        ("edit m.py 2\n    return b", None),
+    ]
+    messages = [{"role": "system", "content": "tools"}, {"role": "user", "content": "m.py\n1 def f(a, b):"}]
+    for action, observation in turns:
+        messages.append({"role": "assistant", "content": action})
+        if observation is not None:
+            messages.append({"role": "tool", "content": observation})
+    chatml = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    assert attempt_stats(chatml, resolved=True).attempts == 0  # the text alone is unreadable
+    stats = attempt_stats(chatml, resolved=True, messages=messages)
+    assert (stats.attempts, stats.first_passed, stats.repeats) == (3, False, 1)
+    assert stats == attempt_stats(_conversation(turns), resolved=True)
+
+
 def test_mcnemar_matches_the_binomial_formula():
     before = [True] * 10 + [False] * 20 + [True] * 5
     after = [False] * 10 + [True] * 20 + [True] * 5  # 10 lost, 20 gained, 5 kept
