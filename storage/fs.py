@@ -96,4 +96,6 @@ def open_store(config: StorageConfig | str) -> Store:
     if "://" in root and not root.startswith("file://"):
         raise ValueError(f"storage.root {root!r}: use a local path or an s3://bucket/prefix URL")
     local = os.path.abspath(root.removeprefix("file://"))
-    return Store(fs=fsspec.filesystem("file"), root=local.rstrip("/") or "/", protocol="file")
+    # auto_mkdir: a file put into a folder not made yet (a trainer state copied in from
+    # outside the lake) gets its parents, as an S3 key needs none.
+    return Store(fs=fsspec.filesystem("file", auto_mkdir=True), root=local.rstrip("/") or "/", protocol="file")

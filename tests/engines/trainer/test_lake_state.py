@@ -8,15 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from engines.trainer.checkpoint import list_states
-from engines.trainer.lake_state import lake_steps
+from engines.trainer.checkpoint import list_states, state_dir
+from engines.trainer.lake_state import MARKER, lake_dir, lake_steps, upload
 from engines.trainer.lane import LaneConfig, TrainerLane, train_steps
 from storage import checkpoints
 from storage.fs import open_store
 from storage.shards import write_shard
 from tests.engines.trainer.rollouts import synthetic_rollouts
-
-pytestmark = [pytest.mark.slow, pytest.mark.s3, pytest.mark.cluster]
 
 
 def _lane(root: str, model_dir: Path, state_dir: Path, steps: int) -> LaneConfig:
@@ -32,6 +30,9 @@ def _lane(root: str, model_dir: Path, state_dir: Path, steps: int) -> LaneConfig
     )
 
 
+@pytest.mark.slow
+@pytest.mark.s3
+@pytest.mark.cluster
 def test_a_lane_on_another_machine_resumes_from_the_lakes_state(tiny_model, tiny_model_dir, s3_bucket, tmp_path):
     root = f"s3://{s3_bucket}/lake"
     store = open_store(root)
@@ -54,3 +55,16 @@ def test_a_lane_on_another_machine_resumes_from_the_lakes_state(tiny_model, tiny
     assert lake_steps(store, "r") == [1, 2]  # keep_last_states in the lake too
     optimizer = torch.load(elsewhere.state_path() / "step-00000002" / "optimizer.bin", weights_only=False)
     assert all(s["step"] == 3 for s in optimizer["state"].values())  # the restored optimizer took its third step
+
+
+def test_a_state_folder_outside_a_local_lake_is_uploaded_into_it(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "lake"))
+    local = tmp_path / "elsewhere" / "trainer_state"
+    for step in (0, 1):
+        folder = state_dir(local, step)
+        (folder / "optimizer").mkdir(parents=True)
+        (folder / "optimizer" / "state.bin").write_bytes(b"x" * step)
+        (folder / MARKER).write_text("{}")
+        upload(store, "r", local, step, keep_last=1)
+    assert lake_steps(store, "r") == [1]
+    assert Path(lake_dir(store, "r"), "step-00000001", "optimizer", "state.bin").read_bytes() == b"x"
