@@ -50,8 +50,11 @@ def test_quiet_terminal_shows_only_the_step_lines(prefect_server: dict[str, str]
     # Warnings still show by design (a busy server makes Prefect warn at exit); INFO does not.
     lines = [line for line in out.splitlines() if line.strip() and "| WARNING |" not in line]
     assert lines == [f"[check] q step {i}/3" for i in (1, 2, 3)], out
-    # The UI still has them: the run's log on the server holds every step line.
-    logs = httpx.post(f"{prefect_server['PREFECT_API_URL']}/logs/filter", json={"limit": 200}, timeout=10).json()
+    # The UI still has them: the run's log on the server holds every step line (newest
+    # first: the session's server also holds every earlier test's logs).
+    logs = httpx.post(
+        f"{prefect_server['PREFECT_API_URL']}/logs/filter", json={"limit": 200, "sort": "TIMESTAMP_DESC"}, timeout=10
+    ).json()
     messages = [entry["message"] for entry in logs]
     assert all(f"[check] q step {i}/3" in messages for i in (1, 2, 3)), messages
 
