@@ -26,6 +26,7 @@ import ctypes
 import os
 import select
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -54,6 +55,24 @@ def exit_with_parent_now(sig: int = signal.SIGKILL) -> None:
     _prctl(_PR_SET_PDEATHSIG, sig)
     if os.getppid() != parent:
         os._exit(1)
+
+
+def signal_group(pid: int, sig: int) -> None:
+    """Signal the process group `pid` leads (a child started with start_new_session);
+    nothing when the group is gone already."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float, first: int = signal.SIGTERM) -> None:
+    """`first` to the group `proc` leads, SIGKILL after `grace_s` seconds, and SIGKILL
+    to the group in any case: its workers may outlive a leader killed from outside."""
+    if proc.poll() is None:
+        signal_group(proc.pid, first)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace_s)
+    signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _start_time(pid: int) -> str | None:

@@ -16,13 +16,12 @@ of starts is bounded here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import sys
 from pathlib import Path
 
-from engines.lifetime import exit_with_parent, owner_env
+from engines.lifetime import exit_with_parent, owner_env, signal_group
 from engines.trainer.lane import LaneConfig
 from flows.metrics import MetricsConfig
 from flows.prefect_child import create_child_run
@@ -96,11 +95,9 @@ class TrainerProcess:
         proc = self.proc
         if proc is None or proc.returncode is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGINT)
+        signal_group(proc.pid, signal.SIGINT)
         try:
             await asyncio.wait_for(proc.wait(), grace_s)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
             await proc.wait()

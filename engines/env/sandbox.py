@@ -40,6 +40,7 @@ from engines.env.cgroup import CgroupCaps, unavailable
 from engines.env.config import EnvConfig, SandboxLimits
 from engines.env.deps import DEPS_VAR, SANDBOX_DEPS, deps_root
 from engines.env.errors import SandboxUnavailableError
+from engines.lifetime import signal_group
 
 log = logging.getLogger(__name__)
 
@@ -195,13 +196,13 @@ def _run_capped(
         proc.wait(timeout=limits.wall_timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_tree(proc)
+        signal_group(proc.pid, signal.SIGKILL)
     finally:
         if caps:
             caps.kill_all()
         reader.join(timeout=5)
         if proc.poll() is None:
-            _kill_tree(proc)
+            signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
     oom = bool(caps and caps.oom_killed())
     if caps:
@@ -235,13 +236,6 @@ def capped_argv(argv: list[str], limits: SandboxLimits, caps: CgroupCaps | None,
     rlimits = [f"--cpu={limits.cpu_seconds}"] if cpu_limit else []
     rlimits += [f"--fsize={limits.file_size_mb * 2**20}", "--core=0", "--nofile=1024"]
     return ["/bin/sh", "-c", join + 'exec "$@"', "sh", "prlimit", *rlimits, "--", *argv]
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class _CappedReader(threading.Thread):

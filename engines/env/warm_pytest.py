@@ -39,6 +39,7 @@ from engines.env.cgroup import CgroupCaps
 from engines.env.config import EnvConfig
 from engines.env.plain_runner import PlainRun, read_answer
 from engines.env.sandbox import BwrapRunner, RunResult, capped_argv, make_caps
+from engines.lifetime import stop_group
 
 log = logging.getLogger(__name__)
 
@@ -153,11 +154,7 @@ class WarmPytest:
         if self._caps is not None:
             self._caps.kill_all()  # the server and anything inside the sandbox
         if self._proc is not None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self._proc.wait()
+            stop_group(self._proc, 0, signal.SIGKILL)
             for stream in (self._proc.stdin, self._proc.stdout):
                 if stream is not None:
                     stream.close()
