@@ -14,7 +14,6 @@ helpers rl_step and the lane call.
 
 from __future__ import annotations
 
-import math
 from functools import partial
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from torch import nn
 from engines.trainer.config import TrainerConfig
 from engines.trainer.expert_parallel import ExpertParallel
 from engines.trainer.full_state import full_state_dict
+from engines.trainer.grad_clip import clip_grad_norm
 from engines.trainer.parallelize import build_meshes, parallelize
 from engines.trainer.rl_step import Trainee, make_optimizer
 from engines.trainer.router_replay import RouterReplay
@@ -106,7 +106,7 @@ def sharded_trainee(model: nn.Module, cfg: TrainerConfig, accelerator: Accelerat
         all_sum=partial(_all_sum, device=accelerator.device),
         dp_rank=meshes.dp_rank,
         dp_world=meshes.dp_size,
-        clip=partial(clip_sharded, model, ep),
+        clip=partial(_clip, model, ep),
         sequence_context=seq,
         full_state=partial(full_state_dict, model, ep),
         save_local=lambda d: save_shard(model, opt, Path(d), dist.get_rank(), layout),
@@ -114,34 +114,6 @@ def sharded_trainee(model: nn.Module, cfg: TrainerConfig, accelerator: Accelerat
     )
 
 
-def clip_sharded(model: nn.Module, ep: ExpertParallel | None, max_norm: float) -> float:
-    """Global gradient norm over FSDP2 shards and expert-parallel slices, then clip.
-
-    Squares are summed per mesh (a DTensor norm's `full_tensor` covers its mesh);
-    expert slices differ across the expert-parallel group, so their squares are summed
-    over it as well. torch's clip_grad_norm_ refuses norms on different meshes."""
-    expert_params = {id(p) for m in (ep.modules if ep else []) for p in m.parameters()}
-    dense: dict[object, list[torch.Tensor]] = {}
-    experts: dict[object, list[torch.Tensor]] = {}
-    for p in model.parameters():
-        if p.grad is not None:
-            side = experts if id(p) in expert_params else dense
-            side.setdefault(getattr(p.grad, "device_mesh", None), []).append(p.grad)
-    total = torch.zeros((), dtype=torch.float64)
-    for side, group in ((dense, None), (experts, ep.group if ep else None)):
-        sq = torch.zeros((), dtype=torch.float64)
-        for grads in side.values():
-            n = torch.nn.utils.get_total_norm(grads)
-            sq = sq + (n.full_tensor() if hasattr(n, "full_tensor") else n).double() ** 2
-        if group is not None:
-            sq = sq.to(next(model.parameters()).device)
-            dist.all_reduce(sq, group=group)
-        total = total + sq.cpu()
-    norm = float(total.sqrt())
-    if math.isfinite(norm) and norm > max_norm:
-        scale = max_norm / (norm + 1e-6)
-        for side in (dense, experts):
-            for grads in side.values():
-                for g in grads:
-                    g.mul_(scale)
-    return norm
+def _clip(model: nn.Module, ep: ExpertParallel | None, max_norm: float) -> float:
+    experts = [p for m in ep.modules for p in m.parameters()] if ep else []
+    return clip_grad_norm(model.parameters(), max_norm, experts, ep.group if ep else None)

@@ -25,8 +25,9 @@ from torch import nn
 from engines.trainer.advantages import GroupAdvantages, step_advantages, trainable_episodes
 from engines.trainer.chunked_logprobs import chunked_token_logprobs, output_weight
 from engines.trainer.config import TrainerConfig
+from engines.trainer.grad_clip import clip_grad_norm
 from engines.trainer.loss import rl_loss_sums, token_logprobs
-from engines.trainer.packing import Batch, Episode, episodes_from_table, make_batch
+from engines.trainer.packing import Batch, TrainSequence, episodes_from_table, make_batch
 from engines.trainer.router_replay import RouterReplay, max_violation
 
 
@@ -84,9 +85,9 @@ def make_optimizer(
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def split_for_ranks(episodes: list[Episode], world: int) -> list[list[Episode]]:
+def split_for_ranks(episodes: list[TrainSequence], world: int) -> list[list[TrainSequence]]:
     """Longest first onto the rank with the fewest tokens: balanced and deterministic."""
-    parts: list[list[Episode]] = [[] for _ in range(world)]
+    parts: list[list[TrainSequence]] = [[] for _ in range(world)]
     tokens = [0] * world
     for e in sorted(episodes, key=len, reverse=True):
         r = tokens.index(min(tokens))
@@ -158,28 +159,6 @@ def load_balancing_loss(
     return total / len(router_logits)
 
 
-def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> float:
-    """Global gradient norm, then clip. Works when gradients are DTensors on different
-    meshes (expert-parallel experts beside FSDP-sharded dense weights), where
-    torch's clip_grad_norm_ refuses to stack norms of different meshes."""
-    by_mesh: dict[object, list[torch.Tensor]] = {}
-    for p in params:
-        if p.grad is not None:
-            by_mesh.setdefault(getattr(p.grad, "device_mesh", None), []).append(p.grad)
-    squares = []
-    for grads in by_mesh.values():
-        n = torch.nn.utils.get_total_norm(grads)
-        squares.append((n.full_tensor() if hasattr(n, "full_tensor") else n).float() ** 2)
-    total = torch.stack(squares).sum().sqrt() if squares else torch.zeros(())
-    norm = float(total)
-    if math.isfinite(norm) and norm > max_norm:
-        scale = max_norm / (norm + 1e-6)
-        for grads in by_mesh.values():
-            for g in grads:
-                g.mul_(scale)
-    return norm
-
-
 @contextlib.contextmanager
 def _routes_cleared(trainee: Trainee):
     """Replayed routes live from a micro-batch's forward to the end of its backward."""
@@ -189,7 +168,7 @@ def _routes_cleared(trainee: Trainee):
         trainee.replay.set_routes(None)
 
 
-def _micro_batches(episodes: list[Episode], cfg: TrainerConfig) -> list[Batch]:
+def _micro_batches(episodes: list[TrainSequence], cfg: TrainerConfig) -> list[Batch]:
     if not episodes:
         return []
     batch = make_batch(episodes, cfg.seq_len, cfg.packing)

@@ -27,21 +27,22 @@ from engines.model.chat_format import ChatFormat
 from engines.model.load import load_moe_causal_lm, load_tokenizer
 from engines.trainer.config import TrainerConfig
 from engines.trainer.export import export_weights
-from engines.trainer.packing import Batch, Episode, make_batch
-from engines.trainer.rl_step import clip_grad_norm, make_optimizer
+from engines.trainer.grad_clip import clip_grad_norm
+from engines.trainer.packing import Batch, TrainSequence, make_batch
+from engines.trainer.rl_step import make_optimizer
 from storage.fs import Store
 
 
 def conversation_episode(
     tokenizer, messages: list[dict[str, str]], where: str = "conversation", chat: ChatFormat | None = None
-) -> Episode:
+) -> TrainSequence:
     """Token ids of a conversation with the loss on assistant turns (content and end token),
     except assistant messages marked `"train": False` (e.g. a demonstration's failed attempt).
     `chat` is the tokenizer's chat format, built here when not given."""
     chat = chat or ChatFormat.from_tokenizer(tokenizer)
     ids, mask = chat.conversation(messages, where)
     a = np.asarray(ids, np.int64)
-    return Episode(a[:-1], a[1:], np.asarray(mask[1:], bool), np.zeros(len(a) - 1, np.float32), 1.0, None)
+    return TrainSequence(a[:-1], a[1:], np.asarray(mask[1:], bool), np.zeros(len(a) - 1, np.float32), 1.0, None)
 
 
 def nll_sum(model, batch: Batch) -> tuple[torch.Tensor, int]:
@@ -52,7 +53,7 @@ def nll_sum(model, batch: Batch) -> tuple[torch.Tensor, int]:
 
 
 @torch.no_grad()
-def mean_nll(model, episodes: list[Episode], seq_len: int) -> float:
+def mean_nll(model, episodes: list[TrainSequence], seq_len: int) -> float:
     """Mean per-token loss of `model` on `episodes` (for before/after comparisons)."""
     model.eval()
     total, count = 0.0, 0
@@ -79,7 +80,7 @@ def length_grouped_batches(
             yield from (b for b in cut if len(b) == batch_size or len(lengths) < batch_size)
 
 
-def sft_train(model, episodes: list[Episode], cfg: TrainerConfig, log=print) -> list[float]:
+def sft_train(model, episodes: list[TrainSequence], cfg: TrainerConfig, log=print) -> list[float]:
     """Train `model` in place; returns the loss of every step."""
     sft = cfg.sft
     decay = sft.max_steps if sft.schedule == "cosine" else None
