@@ -30,11 +30,10 @@ from prefect.states import Cancelling
 
 from engines.env.corpus import load_corpus
 from engines.env.deps import ensure_task_deps
-from engines.trainer.lane import LaneConfig
 from flows.lanes_config import LanesConfig
 from flows.rollout_lane import rollout_lane
 from flows.run_config import RunConfig
-from flows.runtime import work_dir
+from flows.runtime import trainer_lane_config, work_dir
 from storage.atomic import write_bytes_atomic
 from storage.fs import open_store
 from tasks.corpus import generate_micro_corpus
@@ -71,9 +70,7 @@ async def run_lanes_apart(config: RunConfig, model_dir: str) -> dict[str, Any]:
     """Both lanes as deployments until both complete; returns the rollout lane's result."""
     lanes = config.lanes
     assert lanes.rollout_deployment is not None and lanes.trainer_deployment is not None
-    trainer = LaneConfig(  # state_dir unset: the trainer machine's own folder, mirrored into the lake
-        model_dir=model_dir, storage=config.storage, run=config.run, num_steps=config.rl.steps, trainer=config.trainer
-    )
+    trainer = trainer_lane_config(config, model_dir)  # its state in the trainer machine's folder and the lake
     jobs = [
         asyncio.create_task(supervise(lanes.rollout_deployment, {"config": config.model_dump(mode="json")}, lanes)),
         asyncio.create_task(

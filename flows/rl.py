@@ -20,8 +20,7 @@ from typing import Any
 
 from prefect import flow
 
-from engines.staleness import StalenessError
-from engines.trainer.lane import LaneConfig
+from engines.staleness import check_bound
 from flows.artifacts import publish_step_artifacts, publish_summary
 from flows.comparison import heldout_comparison
 from flows.lane_process import TrainerProcess
@@ -31,7 +30,7 @@ from flows.provenance import start_record
 from flows.resume import check_resume
 from flows.rollout_lane import rollout_lane
 from flows.run_config import RunConfig
-from flows.runtime import work_dir
+from flows.runtime import trainer_lane_config, work_dir
 from flows.sft import warm_start
 from storage import runs
 from storage.fs import open_store
@@ -63,15 +62,7 @@ async def _lanes_here(config: RunConfig, corpus: str, v0: str) -> dict[str, Any]
     (a child flow run of this one, started again up to `lanes.max_restarts` times)."""
     work = work_dir(config)
     trainer = TrainerProcess(
-        LaneConfig(
-            model_dir=v0,
-            storage=config.storage,
-            run=config.run,
-            first_step=0,
-            num_steps=config.rl.steps,
-            state_dir=str(work / "trainer_state"),
-            trainer=config.trainer,
-        ),
+        trainer_lane_config(config, v0, work / "trainer_state"),
         work / "trainer_lane.json",
         max_restarts=config.lanes.max_restarts,
         metrics=config.metrics,
@@ -100,10 +91,7 @@ async def _summarize(config: RunConfig, store, evals: dict, wall_s: float) -> di
     lake = connect(store, config.run)
     steps = lake.sql("SELECT * EXCLUDE (extra) FROM steps ORDER BY step").fetch_arrow_table().to_pylist()
     staleness = lake.sql("SELECT max(step - min_policy_version) FROM rollouts").fetchall()[0][0] or 0
-    if staleness > config.rl.async_level:
-        raise StalenessError(
-            f"stored episodes are {staleness} versions stale, above async_level={config.rl.async_level}"
-        )
+    check_bound(staleness, config.rl.async_level)
     before, after = evals["before"], evals["after"]
     summary = {
         "run": config.run,

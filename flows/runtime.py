@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from engines import handoff
 from engines.env.grader import GradingPool
 from engines.env.types import Task
 from engines.inference.agent import AgentLoop
@@ -15,6 +16,7 @@ from engines.inference.server_pool import ServerPool
 from engines.model.load import load_tokenizer
 from engines.rollout.lane import RolloutLane, RolloutSettings
 from engines.rollout.weight_cache import WeightCache
+from engines.trainer.lane import LaneConfig
 from flows.run_config import RunConfig
 from storage import checkpoints
 from storage.fs import Store
@@ -28,10 +30,23 @@ def work_dir(config: RunConfig) -> Path:
 
 def run_work_dir(root: str, run: str) -> Path:
     """work_dir for a lake root and run name (the trainer lane has no RunConfig)."""
-    base = Path.home() / ".cache" / "tandem-rl" / "work" if root.startswith("s3://") else Path(root).absolute()
-    path = base / run
+    path = handoff.work_dir(root, run)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def trainer_lane_config(config: RunConfig, model_dir: str, state_dir: Path | None = None) -> LaneConfig:
+    """The trainer lane of an rl run, starting from `model_dir`; `state_dir` None: the
+    lane's default (the trainer machine's own folder, mirrored into the lake)."""
+    return LaneConfig(
+        model_dir=model_dir,
+        storage=config.storage,
+        run=config.run,
+        first_step=0,
+        num_steps=config.rl.steps,
+        state_dir=None if state_dir is None else str(state_dir),
+        trainer=config.trainer,
+    )
 
 
 def rollout_settings(config: RunConfig) -> RolloutSettings:
