@@ -7,9 +7,7 @@ follows their published versions."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 from prefect import flow
 from prefect.concurrency.sync import concurrency
@@ -46,28 +44,20 @@ def _train_in_process(config: LaneConfig, sink: MetricsSink | None = None) -> li
     lane = TrainerLane(config)
     if lane.next_step > config.first_step:
         say(f"[trainer] resuming run {config.run} at step {lane.next_step} (state from {config.state_path()})")
-    results = []
+    last = config.first_step + config.num_steps
+
+    def report(step: int, m: dict) -> None:
+        if sink is not None:
+            sink.log(step, m, "trainer")
+        keys = ("loss", "mismatch_kl", "entropy", "grad_norm", "training_s")
+        shown = " ".join(f"{k}={m[k]:.4g}" for k in keys if m.get(k) is not None)
+        say(f"[trainer] step {step + 1}/{last} -> v{step + 1} {shown}")
+
     try:
-        last = config.first_step + config.num_steps
-        for step in range(lane.next_step, last):
-            wait_for_rollouts(lane, step)
-            m = train_step(lane, step)
-            results.append(m)
-            if sink is not None:
-                sink.log(step, m, "trainer")
-            say(
-                f"[trainer] step {step + 1}/{last} -> v{step + 1} "
-                + " ".join(
-                    f"{k}={m[k]:.4g}"
-                    for k in ("loss", "mismatch_kl", "entropy", "grad_norm", "training_s")
-                    if m.get(k) is not None
-                )
-            )
+        return lane.run(wait_for_rollouts, train_step, report)
     finally:
-        lane.close()
         if sink is not None:
             sink.close()
-    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.flow_run_id:
         run_child(trainer_lane, args.flow_run_id)
         return 0
-    cfg = LaneConfig.model_validate(json.loads(Path(args.config).read_text()))
+    cfg = LaneConfig.from_file(args.config)
     metrics = MetricsConfig.model_validate_json(args.metrics) if args.metrics else None
     trainer_lane(cfg, metrics)
     return 0

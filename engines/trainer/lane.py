@@ -30,6 +30,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -85,6 +86,11 @@ class LaneConfig(BaseModel):
     wait_timeout_s: float = Field(3600.0, gt=0, description="Give up waiting for one step's rollouts after this long.")
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Optimizer, loss and export settings.")
 
+    @classmethod
+    def from_file(cls, path: str | Path) -> LaneConfig:
+        """The lane's configuration from its JSON file (both lane entry points take one)."""
+        return cls.model_validate(json.loads(Path(path).read_text()))
+
     @property
     def rollouts_run(self) -> str:
         """The run whose rollouts the lane trains on."""
@@ -101,7 +107,7 @@ class TrainerLane:
 
     `wait_for_rollouts(step)` blocks until the step's rollouts are complete;
     `train(step)` trains on them and publishes version step + 1. Prefect's tasks
-    (tasks/trainer.py) wrap each; `train_steps` is the plain loop.
+    (tasks/trainer.py) wrap each; `run` is the one step loop.
     """
 
     def __init__(self, cfg: LaneConfig) -> None:
@@ -168,21 +174,33 @@ class TrainerLane:
         self.next_step = step + 1
         return metrics
 
+    def run(
+        self,
+        wait: Callable[[TrainerLane, int], None] = wait_for_rollouts,
+        train: Callable[[TrainerLane, int], dict] = train,
+        on_step: Callable[[int, dict], None] | None = None,
+    ) -> list[dict]:
+        """The step loop, from `next_step` to the lane's last step, then `close`: `wait`
+        and `train` each step (Prefect's flow passes its tasks that wrap them), then
+        `on_step(step, metrics)`. Returns each trained step's metrics."""
+        results = []
+        try:
+            for step in range(self.next_step, self.cfg.first_step + self.cfg.num_steps):
+                wait(self, step)
+                results.append(train(self, step))
+                if on_step is not None:
+                    on_step(step, results[-1])
+        finally:
+            self.close()
+        return results
+
     def close(self) -> None:
         self.trainee.replay.close()
 
 
 def train_steps(cfg: LaneConfig) -> list[dict]:
     """Run the lane's steps (resuming from saved state); returns each trained step's metrics."""
-    lane = TrainerLane(cfg)
-    results = []
-    try:
-        for step in range(lane.next_step, cfg.first_step + cfg.num_steps):
-            lane.wait_for_rollouts(step)
-            results.append(lane.train(step))
-    finally:
-        lane.close()
-    return results
+    return TrainerLane(cfg).run()
 
 
 def _summary(m: dict) -> str:
@@ -202,8 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         exit_with_parent_now()
     end_with_owner()
     logging.basicConfig(level=logging.INFO, format="[trainer] %(message)s", stream=sys.stdout)
-    cfg = LaneConfig.model_validate(json.loads(Path(args.config).read_text()))
-    train_steps(cfg)
+    train_steps(LaneConfig.from_file(args.config))
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
