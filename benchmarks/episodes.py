@@ -58,7 +58,7 @@ from engines.inference.server_pool import ServerPool
 from engines.model.load import load_tokenizer
 from engines.model.tiny import create_tiny_model
 from engines.protocol import render_messages
-from engines.rollout.evaluate import evaluate
+from engines.rollout.evaluate import evaluate_tasks
 from engines.rollout.step import GradeCache, grade_episodes, pool_tester
 from engines.trainer.sft import sft
 from engines.trainer.warm_start_cache import cached, warm_start_key
@@ -318,7 +318,7 @@ async def timed_evaluation(agent: AgentLoop, grader: GradingPool, config: RunCon
     greedy_cfg = agent.cfg.model_copy(update={"sampling": agent.cfg.sampling.model_copy(update={"temperature": 0.0})})
     greedy = AgentLoop(agent.pool, agent.tok, greedy_cfg)
     start = time.monotonic()
-    result = await evaluate(greedy, agent, grader, GradeCache(), config.env, tasks, config.eval.samples, 0)
+    result = await evaluate_tasks(greedy, agent, grader, GradeCache(), config.env, tasks, config.eval.samples, 0)
     return {"eval_s": round(time.monotonic() - start, 1), "eval_tasks": n, "eval_pass_at_1": result.pass_at_1}
 
 

@@ -54,7 +54,7 @@ from engines.env.config import EnvConfig
 from engines.env.corpus import load_corpus, save_corpus
 from engines.env.grader import GradingPool, targeted_command
 from engines.env.micro import generate_micro_tasks
-from engines.env.report import evaluate, frame_log
+from engines.env.report import frame_log, report_from_log
 from engines.env.sandbox import _sandbox_env, make_runner
 from engines.env.types import Task
 from engines.env.warm_pytest import WarmPytest, pytest_args
@@ -96,7 +96,7 @@ def naive_grade(task: Task, patch: str, scratch: Path) -> bool:
         cmd = " ".join([task.test_cmd, "--continue-on-collection-errors", *map(shlex.quote, project.test_files)])
         env = _sandbox_env(sys.executable)
         proc = subprocess.run(["/bin/sh", "-c", cmd], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
-        return evaluate(
+        return report_from_log(
             frame_log(proc.stdout + proc.stderr, proc.returncode), task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS
         ).resolved
     finally:

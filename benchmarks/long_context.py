@@ -46,7 +46,7 @@ from transformers import Qwen3MoeForCausalLM
 from engines.model.families import tiny_config
 from engines.trainer.config import TrainerConfig
 from engines.trainer.loss import rl_loss_sums
-from engines.trainer.packing import Batch, Episode, make_batch
+from engines.trainer.packing import Batch, TrainSequence, make_batch
 from engines.trainer.rl_step import Trainee, forward_logprobs, make_optimizer
 from engines.trainer.router_replay import RouterReplay
 
@@ -62,7 +62,7 @@ def packed_row(length: int, vocab: int, seed: int = 0) -> Batch:
         ids = rng.integers(0, vocab, n + 1)
         mask = np.arange(n) >= n // 3
         lp = np.where(mask, -np.log(vocab), 0.0).astype(np.float32)
-        eps.append(Episode(ids[:-1], ids[1:], mask, lp, float(rng.choice([-1.0, 1.0])), None))
+        eps.append(TrainSequence(ids[:-1], ids[1:], mask, lp, float(rng.choice([-1.0, 1.0])), None))
     return make_batch(eps, length, packing=True)
 
 

@@ -32,11 +32,11 @@ from transformers import Qwen3MoeForCausalLM
 from engines.model.tiny import TinyModelConfig, tiny_qwen3_moe_config
 from engines.trainer.config import TrainerConfig
 from engines.trainer.loss import rl_loss_sums, token_logprobs
-from engines.trainer.packing import Episode, make_batch
+from engines.trainer.packing import TrainSequence, make_batch
 from engines.trainer.torchrun import exit_rank, torchrun_command
 
 
-def long_tailed_episodes(n: int, seed: int, max_len: int) -> list[Episode]:
+def long_tailed_episodes(n: int, seed: int, max_len: int) -> list[TrainSequence]:
     rng = np.random.default_rng(seed)
     lengths = np.clip(rng.lognormal(mean=4.6, sigma=0.8, size=n), 16, max_len).astype(int)  # median ~100 tokens
     eps = []
@@ -44,7 +44,9 @@ def long_tailed_episodes(n: int, seed: int, max_len: int) -> list[Episode]:
         ids = rng.integers(5, 1000, L + 1)
         mask = np.zeros(L, bool)
         mask[L // 3 :] = True
-        eps.append(Episode(ids[:-1], ids[1:], mask, np.full(L, -6.9, np.float32), float(rng.choice([-1, 1])), None))
+        eps.append(
+            TrainSequence(ids[:-1], ids[1:], mask, np.full(L, -6.9, np.float32), float(rng.choice([-1, 1])), None)
+        )
     return eps
 
 

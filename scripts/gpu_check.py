@@ -371,14 +371,14 @@ def _long_step(model: Any, length: int, chunk: int) -> tuple[float, float]:
 
     from engines.trainer.config import TrainerConfig
     from engines.trainer.loss import rl_loss_sums
-    from engines.trainer.packing import Episode, make_batch
+    from engines.trainer.packing import TrainSequence, make_batch
     from engines.trainer.rl_step import Trainee, forward_logprobs, make_optimizer
     from engines.trainer.router_replay import RouterReplay
 
     rng = np.random.default_rng(0)
     ids = rng.integers(0, LONG_VOCAB, length + 1)
     mask = np.arange(length) >= length // 2
-    ep = Episode(ids[:-1], ids[1:], mask, np.where(mask, -12.0, 0.0).astype(np.float32), 1.0, None)
+    ep = TrainSequence(ids[:-1], ids[1:], mask, np.where(mask, -12.0, 0.0).astype(np.float32), 1.0, None)
     batch = make_batch([ep], length, packing=False).to(torch.device("cuda"))  # plain causal: flash attention
     cfg = TrainerConfig(seq_len=max(16, length), logprob_chunk_tokens=chunk)
     opt, sched = make_optimizer(model, cfg)

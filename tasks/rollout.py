@@ -41,4 +41,4 @@ async def retain_weights(lane: RolloutLane, keep_last: int, milestone_every: int
 @task(name="evaluate", cache_policy=NO_CACHE)
 async def evaluate_policy(lane: RolloutLane, k: int, name: str) -> dict[str, Any]:
     """Evaluation `name` of the served policy; its episodes go to the run's `evaluations`."""
-    return await lane.evaluate(k, name, progress=say)
+    return await lane.evaluate_policy(k, name, progress=say)

@@ -43,7 +43,7 @@ from engines.env.config import EnvConfig
 from engines.env.errors import EnvError, TaskError
 from engines.env.patches import filter_patch, is_allowed
 from engines.env.plain_runner import PlainRun, runs_plain
-from engines.env.report import TestReport, evaluate, evaluate_statuses, frame_log
+from engines.env.report import TestReport, frame_log, report_from_log, report_from_statuses
 from engines.env.sandbox import BwrapRunner, Runner, RunResult, check_caps, make_runner
 from engines.env.types import GradeResult, Task
 from engines.env.warm_pytest import WarmPytest, pytest_args
@@ -223,7 +223,7 @@ def _grade(
         if plain.status is not None or plain.run.timed_out or not plain.run.started:
             rep = None
             if plain.status is not None:
-                rep = evaluate_statuses(plain.status, plain.exit_code, task.FAIL_TO_PASS, task.PASS_TO_PASS)
+                rep = report_from_statuses(plain.status, plain.exit_code, task.FAIL_TO_PASS, task.PASS_TO_PASS)
             return _decided(task, plain.run, rep, dropped, config, start, "plain")
         # The plain runner left the decision to pytest: the same tree again, from the base.
         if error := ws.apply(filtered.text):
@@ -232,7 +232,9 @@ def _grade(
     ws.reset()  # leave nothing behind for the next grade on this copy
     rep = None
     if run.started and not run.timed_out:
-        rep = evaluate(frame_log(run.output, run.exit_code), task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS)
+        rep = report_from_log(
+            frame_log(run.output, run.exit_code), task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS
+        )
     return _decided(task, run, rep, dropped, config, start, "pytest")
 
 

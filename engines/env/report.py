@@ -72,11 +72,11 @@ def _valid(status: dict[str, str], exit_code: int | None) -> bool:
     return bool(status) and (exit_code in (None, 0) or any(s in _FAIL for s in status.values()))
 
 
-def evaluate(log: str, parser_name: str, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]) -> TestReport:
+def report_from_log(log: str, parser_name: str, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]) -> TestReport:
     return _decide(*parse_statuses(log, parser_name), fail_to_pass, pass_to_pass)
 
 
-def evaluate_statuses(
+def report_from_statuses(
     status: dict[str, str], exit_code: int | None, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
 ) -> TestReport:
     """The decision on a status map a runner reported itself (the plain runner,

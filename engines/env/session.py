@@ -27,7 +27,7 @@ from engines.env.edits import EditError, apply_edit
 from engines.env.feedback import all_passed, attempt_observation, edit_echo, test_summary
 from engines.env.grader import node_args
 from engines.env.micro import numbered
-from engines.env.report import evaluate, frame_log
+from engines.env.report import frame_log, report_from_log
 from engines.env.sandbox import Runner, make_runner
 from engines.env.types import GradeResult, StepResult, Task
 from engines.env.workspace import Workspace
@@ -165,7 +165,7 @@ class EnvSession:
             raise TestsUnavailable(run.infra_message)
         if run.timed_out:
             return None
-        return evaluate(frame_log(run.output, run.exit_code), self.task.log_parser, ids, []).statuses
+        return report_from_log(frame_log(run.output, run.exit_code), self.task.log_parser, ids, []).statuses
 
     # ---- helpers --------------------------------------------------------------------
 

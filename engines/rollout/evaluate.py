@@ -59,7 +59,7 @@ class EvalResult:
         }
 
 
-async def evaluate(
+async def evaluate_tasks(
     greedy: AgentLoop,
     sampled: AgentLoop,
     grader: GradingPool,

@@ -28,7 +28,7 @@ from engines.env.types import Task
 from engines.handoff import PolicyWait, publish_step, step_complete, wait_for_policy
 from engines.inference.agent import AgentLoop
 from engines.inference.server_pool import ServerPool
-from engines.rollout.evaluate import evaluate
+from engines.rollout.evaluate import evaluate_tasks
 from engines.rollout.metrics import episode_metrics
 from engines.rollout.records import evaluations_table
 from engines.rollout.step import GradeCache, StepRollouts, run_step, sample_step_tasks
@@ -158,13 +158,13 @@ class RolloutLane:
         in_use = {self.served, self.started_from}
         return apply_retention(self.store, self.run, keep_last, milestone_every, in_use)
 
-    async def evaluate(
+    async def evaluate_policy(
         self, k: int, name: str = "evaluate", progress: Callable[[str], None] | None = None
     ) -> dict[str, Any]:
         """pass@1 (greedy) and pass@k of the served policy on the held-out tasks, its
         episodes written as evaluation `name` (before, after, evaluate) of the run's
         `evaluations` table; `progress` gets a line at every tenth of each pass."""
-        result = await evaluate(
+        result = await evaluate_tasks(
             self.greedy, self.agent, self.grader, self.cache, self.env, self.heldout, k, self.served, progress
         )
         table = evaluations_table(self.run, result.version, name, result.episodes)

@@ -26,8 +26,9 @@ import torch
 
 
 @dataclass
-class Episode:
-    """One episode as fed to the model; every array has one entry per fed position."""
+class TrainSequence:
+    """One episode as the trainer feeds it to the model (engines/inference/types.py
+    Episode is the episode as generated); every array has one entry per fed position."""
 
     input_ids: np.ndarray  # int64 [T]   S[:-1]
     targets: np.ndarray  # int64 [T]     S[1:]
@@ -91,8 +92,8 @@ class Batch:
         )
 
 
-def episode_from_row(row: dict, where: str = "episode") -> Episode:
-    """Build an `Episode` from one ROLLOUTS row (a dict); errors name `where` and the field."""
+def episode_from_row(row: dict, where: str = "episode") -> TrainSequence:
+    """Build a `TrainSequence` from one ROLLOUTS row (a dict); errors name `where` and the field."""
     prompt = np.asarray(row["prompt_ids"], np.int64)
     completion = np.asarray(row["completion_ids"], np.int64)
     if len(prompt) == 0 or len(completion) == 0:
@@ -111,7 +112,7 @@ def episode_from_row(row: dict, where: str = "episode") -> Episode:
     loss_mask[len(prompt) - 1 :] = mask  # position i predicts completion token i + 1 - len(P)
     logprobs[len(prompt) - 1 :] = np.where(mask, lps, 0.0)
     adv = row.get("advantage")
-    return Episode(
+    return TrainSequence(
         seq[:-1], seq[1:], loss_mask, logprobs, float(adv) if adv is not None else 0.0, _routes(row, fed, where)
     )
 
@@ -139,8 +140,8 @@ def _routes(row: dict, fed: int, where: str) -> np.ndarray | None:
     return routes
 
 
-def episodes_from_table(table: pa.Table) -> list[Episode]:
-    """Every row of a ROLLOUTS table as an `Episode` (errors name the task and row)."""
+def episodes_from_table(table: pa.Table) -> list[TrainSequence]:
+    """Every row of a ROLLOUTS table as a `TrainSequence` (errors name the task and row)."""
     out = []
     for i, row in enumerate(table.to_pylist()):
         out.append(episode_from_row(row, f"episode {i} (task {row.get('task_id')!r}, group {row.get('group_id')!r})"))
@@ -170,7 +171,7 @@ def pack_rows(lengths: list[int], seq_len: int) -> list[list[int]]:
     return rows
 
 
-def collate(episodes: list[Episode], rows: list[list[int]], row_len: int) -> Batch:
+def collate(episodes: list[TrainSequence], rows: list[list[int]], row_len: int) -> Batch:
     """Tensors for `rows` (lists of episode indices), each row `row_len` tokens long."""
     R = len(rows)
     ids = np.zeros((R, row_len), np.int64)
@@ -202,7 +203,7 @@ def collate(episodes: list[Episode], rows: list[list[int]], row_len: int) -> Bat
     return Batch(t(ids), t(pos), t(tgt), t(mask), t(valid), t(lps), t(adv), None if routes is None else t(routes))
 
 
-def make_batch(episodes: list[Episode], seq_len: int, packing: bool = True) -> Batch:
+def make_batch(episodes: list[TrainSequence], seq_len: int, packing: bool = True) -> Batch:
     """Packed rows of `seq_len` tokens, or (packing=False) one episode per row padded
     to the longest episode."""
     if not packing:

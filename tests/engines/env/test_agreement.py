@@ -17,7 +17,7 @@ from engines.env.corpus import load_corpus
 from engines.env.grader import targeted_command
 from engines.env.micro import generate_micro_tasks
 from engines.env.patches import filter_patch
-from engines.env.report import evaluate, frame_log
+from engines.env.report import frame_log, report_from_log
 from engines.env.sandbox import make_runner
 from engines.env.types import Task
 from engines.env.warm_pytest import WarmPytest, pytest_args
@@ -81,7 +81,7 @@ def test_decisions_agree_with_swebench(real_corpus, env_config, tmp_path):
                     log = frame_log(run.output, run.exit_code)
                     log_path = tmp_path / f"{task.instance_id}-{k}-{kind}.log"
                     log_path.write_text(log)
-                    ours = reports[kind] = evaluate(log, task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS)
+                    ours = reports[kind] = report_from_log(log, task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS)
                     theirs = get_eval_report(
                         spec,
                         {"instance_id": task.instance_id, "model_patch": patch, "model_name_or_path": "test"},

@@ -22,7 +22,7 @@ from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool, targeted_command
 from engines.env.micro import MODULE, generate_micro_tasks, mutate_line
 from engines.env.plain_runner import PLAIN_RESULT, read_answer, runs_plain
-from engines.env.report import evaluate, evaluate_statuses, frame_log
+from engines.env.report import frame_log, report_from_log, report_from_statuses
 from engines.env.sandbox import make_runner
 from engines.env.types import GradeResult, Task
 from engines.env.warm_pytest import SERVER_SCRIPT, WarmPytest, pytest_args
@@ -119,9 +119,9 @@ def _runners_agree(config: EnvConfig, work: list[tuple[Task, str]], root: Path) 
             want = (
                 "timed out"
                 if slow.timed_out
-                else evaluate(frame_log(slow.output, slow.exit_code), task.log_parser, *ids)
+                else report_from_log(frame_log(slow.output, slow.exit_code), task.log_parser, *ids)
             )
-            got = "timed out" if fast.run.timed_out else evaluate_statuses(fast.status, fast.exit_code, *ids)
+            got = "timed out" if fast.run.timed_out else report_from_statuses(fast.status, fast.exit_code, *ids)
             assert got == want, (task.instance_id, source, slow.output[-2000:])
             compared += len(task.FAIL_TO_PASS) + len(task.PASS_TO_PASS)
             decided += 1

@@ -194,7 +194,7 @@ def test_the_final_policy_is_served_once_published(tmp_path) -> None:
 def test_an_evaluation_writes_every_episode_to_the_evaluations_table(tmp_path) -> None:
     lane = _lane(tmp_path)
     _publish(lane.store, 0)
-    result = asyncio.run(lane.evaluate(k=3, name="before"))
+    result = asyncio.run(lane.evaluate_policy(k=3, name="before"))
     # The stand-in agent resolves sample 0 of each task only: greedy 1.0, sampled 1/3.
     assert (result["pass@1"], result["pass@1_sampled"], result["tasks"]) == (1.0, 1 / 3, 2)
     assert "episodes" not in result  # the summary stays small; the episodes are in the lake
