@@ -174,7 +174,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 totals[name][0] += tokens
                 totals[name][1] += seconds
         weight_update_s = await pool.update_weights(str(update_dir), 1)
-        mode = pool.update_mode
+        mode = pool.weights.mode
     ours_tps = totals["ours"][0] / totals["ours"][1]
     vllm_tps = totals["vllm"][0] / totals["vllm"][1]
     plain_tps = totals["plain"][0] / totals["plain"][1]

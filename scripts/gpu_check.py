@@ -227,7 +227,7 @@ async def check_fp8_export(model_dir: Path, work: Path) -> str:
 async def check_wide_ep(model_dir: Path, work: Path) -> str:
     """Data parallel 2 x expert parallel in one server with the wide-EP flags; the flags
     of a second node are printed (one machine cannot start it)."""
-    from engines.inference import wide_ep
+    from engines.inference import launch
 
     if torch.cuda.device_count() < 2:
         raise RuntimeError("skipped: wide expert parallel needs 2 GPUs")
@@ -242,7 +242,7 @@ async def check_wide_ep(model_dir: Path, work: Path) -> str:
     async with ServerPool(config(model_dir, cluster=cluster)) as pool:
         out = await pool.generate(PROMPT, SamplingParams(max_tokens=16, seed=0))
     two_nodes = config(model_dir, cluster={**cluster, "data_parallel_size": 4})
-    second = " ".join(wide_ep.secondary_node_command(two_nodes, "python", start_rank=2))
+    second = " ".join(launch.secondary_node_command(two_nodes, "python", start_rank=2))
     return f"DP 2 x EP generated {len(out.token_ids)} tokens; a second node would run: {second}"
 
 

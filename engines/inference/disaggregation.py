@@ -34,7 +34,7 @@ from engines.inference.types import Completion, KvRole, SamplingParams
 
 if TYPE_CHECKING:
     from engines.inference.client import CompletionClient
-    from engines.inference.server_slot import ServerSlot
+    from engines.inference.server_process import ServerSlot
 
 log = logging.getLogger(__name__)
 

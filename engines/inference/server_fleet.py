@@ -4,8 +4,8 @@ Start: N local servers (each its own process group) or given URLs; every process
 started is stopped by `stop()`, also when start-up fails half-way.
 Recovery: a server whose request failed leaves routing and is checked in the
 background (once at a time): healthy again once /health answers, or, when its
-process died, restarted with the current weights (`ServedWeights`) loaded and
-checked, at most `max_restarts` times.
+process died, restarted, at most `max_restarts` times, by `bring_up`: the weight
+updater's restart onto the served weights, checked (weight_update.py).
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
 
-from engines.inference import disaggregation, launch, routes
+from engines.inference import client, disaggregation, launch
 from engines.inference.client import ServerUnavailable
 from engines.inference.config import InferenceConfig
-from engines.inference.server_process import LocalServer, ServerStartError, free_port
-from engines.inference.server_slot import ServedWeights, ServerSlot
+from engines.inference.server_process import LocalServer, ServerSlot, free_port
 from engines.inference.types import KvRole
-from engines.inference.weight_check import WeightUpdateError, verify_loaded
+from engines.inference.weight_files import WeightUpdateError
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class ServerFleet:
         self,
         cfg: InferenceConfig,
         http: httpx.AsyncClient,
-        served: ServedWeights,
+        version: int,
         log_dir: Path,
         shared_kv: str | None = None,
     ) -> None:
@@ -43,11 +43,11 @@ class ServerFleet:
         self.cfg = cfg
         self.shared_kv = shared_kv
         self.http = http
-        self.served = served
+        self.version = version  # the weights servers start on (model_dir's)
+        # Restarts a dead server onto the served weights; set by the weight updater.
+        self.bring_up: Callable[[ServerSlot], Awaitable[None]] | None = None
         self.log_dir = log_dir
         self.slots: list[ServerSlot] = []
-        # Restart updates start servers on the new weights; reload updates bring a restarted server up to them.
-        self.reload_after_restart = cfg.weight_update != "restart"
 
     # ---- start and stop ---------------------------------------------------------
 
@@ -74,9 +74,9 @@ class ServerFleet:
         """Use the servers of `server_urls`, which must answer and serve `model_name`."""
         for i, url in enumerate(self.cfg.server_urls):
             url = url.rstrip("/")
-            if not await routes.health(self.http, url):
+            if not await client.health(self.http, url):
                 raise ServerUnavailable(f"server {url} (server_urls[{i}]) does not answer GET /health; is it running?")
-            models = await routes.served_models(self.http, url)
+            models = await client.served_models(self.http, url)
             if model_name not in models:
                 raise ValueError(
                     f"server {url} serves {models}, not served_model_name={model_name!r}; set served_model_name"
@@ -85,7 +85,7 @@ class ServerFleet:
 
     def _slot(self, index: int, url: str, process: LocalServer | None, role: KvRole | None = None) -> ServerSlot:
         semaphore = asyncio.Semaphore(self.cfg.concurrency_per_server)
-        return ServerSlot(index, url, semaphore, process=process, version=self.served.version, role=role)
+        return ServerSlot(index, url, semaphore, process=process, version=self.version, role=role)
 
     async def stop(self) -> None:
         """Cancel recoveries and stop every process started here. Safe to call twice."""
@@ -94,20 +94,6 @@ class ServerFleet:
                 slot.recovering.cancel()
         stops = [asyncio.to_thread(s.process.stop) for s in self.slots if s.process is not None]
         await asyncio.gather(*stops, return_exceptions=True)
-
-    # ---- weights check ----------------------------------------------------------
-
-    async def verify(self, slot: ServerSlot) -> None:
-        """Raise WeightUpdateError, and leave `slot` out of routing, unless it loaded the
-        expected weights (weight_check.py); nothing to check before the first update."""
-        if self.served.expected is None:
-            return
-        try:
-            await verify_loaded(self.http, slot.url, self.served.expected, self.cfg.request_timeout_s)
-        except WeightUpdateError:
-            slot.verified = False
-            raise
-        slot.verified = True
 
     # ---- recovery ---------------------------------------------------------------
 
@@ -123,7 +109,7 @@ class ServerFleet:
             if slot.process is None or slot.process.alive():
                 # A blip or a stuck server: healthy again once /health answers.
                 deadline = time.monotonic() + self.cfg.startup_timeout_s
-                while not await routes.health(self.http, slot.url):
+                while not await client.health(self.http, slot.url):
                     if slot.process is not None and not slot.process.alive():
                         break
                     if time.monotonic() > deadline:
@@ -141,29 +127,13 @@ class ServerFleet:
             log.exception("recovery of server %s failed", slot.url)
 
     async def _restart(self, slot: ServerSlot) -> None:
-        assert slot.process is not None
+        assert slot.process is not None and self.bring_up is not None
         slot.restarts += 1
         log.warning("server %s died; restart %d/%d", slot.url, slot.restarts, self.cfg.max_restarts)
-        await asyncio.to_thread(slot.process.stop)
-        slot.process.start()
         try:
-            await slot.process.wait_healthy(self.cfg.startup_timeout_s)
-        except ServerStartError:
-            log.exception("restart of server %s failed", slot.url)
-            return
-        if self.served.reload_from is not None and self.reload_after_restart:  # started from model_dir
-            await routes.reload_weights(
-                self.http, slot.url, self.served.reload_from, self.cfg.request_timeout_s, self.cfg.worker_extension
-            )
-        try:
-            await self.verify(slot)
+            await self.bring_up(slot)
         except WeightUpdateError:
-            log.exception("server %s restarted on other weights than version %d", slot.url, self.served.version)
-            slot.healthy = True  # up, but left out of routing until an update passes the check
-            return
-        await routes.set_weight_version(self.http, slot.url, self.served.version)
-        slot.version = self.served.version
-        slot.healthy = True
+            log.exception("server %s restarted on other weights than the served ones", slot.url)
 
     async def wait_for_recovery(self) -> None:
         """Until one recovery in progress ends (at once when none is)."""
@@ -179,19 +149,3 @@ class ServerFleet:
 
     def _pending(self) -> list[asyncio.Task[None]]:
         return [s.recovering for s in self.slots if s.recovering is not None and not s.recovering.done()]
-
-    async def restarted_after_death(self, slot: ServerSlot) -> bool:
-        """A local server that died before or during an update is restarted; its restart
-        loads the weights being published. True when it is back on them."""
-        if slot.process is None:
-            return False
-        for _ in range(20):  # a server that is dying may break its connection before it is gone
-            if not slot.process.alive():
-                break
-            await asyncio.sleep(0.1)
-        else:
-            return False  # alive and failing: a real update error
-        self.recover(slot)
-        if slot.recovering is not None:
-            await slot.recovering
-        return slot.routable and slot.version == self.served.version

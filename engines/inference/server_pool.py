@@ -5,14 +5,13 @@ request path:
 - server_fleet.py: the servers' lives (start or attach, stop) and recovery: a dead
   local server is restarted with the current weights loaded, at most `max_restarts`
   times, also when a weight update finds it dead (the update then goes on);
-- routing.py: session affinity, else the least-loaded routable server;
-- weight_reload.py / weight_restart.py: the two weight-update strategies (config
+- weight_update.py: the served weights and both update strategies (config
   `weight_update`), each checking every server against the exported weights
-  (weight_check.py), with one server or many;
-- server_slot.py: the plain data they share;
+  (weight_files.py), with one server or many;
+- server_process.py: one server's process, and the slot the pool keeps for it;
 - disaggregation.py: with `cluster.disaggregation`, each request goes through a
   prefill server, then a decode server.
-Here: at most `concurrency_per_server` requests in flight per server, more wait;
+Here: routing (session affinity, else the least-loaded routable server), at most `concurrency_per_server` requests in flight per server, more wait;
 requests in flight to one server with the same sampling may share one HTTP request
 (`batching.py`); a request whose server stopped answering is re-sent (to another
 healthy server, or to the same one once restarted).
@@ -36,13 +35,11 @@ from engines.inference import disaggregation
 from engines.inference.batching import RequestCoalescer
 from engines.inference.client import CompletionClient, ServerUnavailable
 from engines.inference.config import InferenceConfig
-from engines.inference.routing import Router
 from engines.inference.server_fleet import ServerFleet
-from engines.inference.server_slot import ServedWeights, ServerSlot
+from engines.inference.server_process import ServerSlot
 from engines.inference.types import Completion, SamplingParams
-from engines.inference.weight_check import WeightUpdateError, expected_digests, verify_same_weights
-from engines.inference.weight_reload import ReloadUpdate
-from engines.inference.weight_restart import RestartUpdate
+from engines.inference.weight_files import WeightUpdateError
+from engines.inference.weight_update import WeightUpdater
 
 __all__ = ["ServerPool", "ServerSlot", "WeightUpdateError"]
 
@@ -68,18 +65,16 @@ class ServerPool:
         self.batcher = RequestCoalescer(
             self.client, cfg.coalesce_window_ms / 1000, cfg.concurrency_per_server, retries=0
         )
-        self.served = ServedWeights(version)
         # Prefill/decode disaggregation: requests go through a prefill server first (disaggregation.py).
         shared_kv = disaggregation.shared_kv_path(cfg, self.log_dir)
-        self.fleet = ServerFleet(cfg, self._http, self.served, self.log_dir, shared_kv)
+        self.fleet = ServerFleet(cfg, self._http, version, self.log_dir, shared_kv)
+        self.weights = WeightUpdater(self.fleet, self._http, version)
         self.router = Router(self.fleet.slots)
         self._pd = (
             disaggregation.PrefillDecode(self.client, self.model_name, self.fleet.slots, self.fleet.recover, shared_kv)
             if cfg.cluster.disaggregation is not None
             else None
         )
-        self.update_mode = "restart" if cfg.weight_update == "restart" else "reload"
-        self._updater = RestartUpdate(self.fleet) if self.update_mode == "restart" else ReloadUpdate(self.fleet)
         self._update_lock = asyncio.Lock()
         if cfg.verify_checksums and not cfg.worker_extension:
             log.warning("worker_extension=false: weight updates are not checked against the exported weights")
@@ -91,12 +86,12 @@ class ServerPool:
     @property
     def version(self) -> int:
         """The weight version the servers serve (or are being updated to)."""
-        return self.served.version
+        return self.weights.served.version
 
     @property
     def weights_dir(self) -> str | None:
         """The last weights directory given to update_weights."""
-        return self.served.weights_dir
+        return self.weights.served.weights_dir
 
     @property
     def urls(self) -> list[str]:
@@ -180,32 +175,53 @@ class ServerPool:
 
     async def update_weights(self, weights_dir: str, version: int) -> float:
         """Load the weights the trainer published as `version` into every server
-        (weight_reload.py or weight_restart.py), each server checked against the
+        (weight_update.py), each server checked against the
         exported weights when `verify_checksums` (and, with two or more servers, against
         each other). Raises WeightUpdateError when a server fails or loaded other
         weights; that server is left out of routing until an update passes.
         Returns the seconds the update took.
         """
-        path = Path(weights_dir)
-        if not path.is_dir() or not any(path.glob("*.safetensors")):
-            raise FileNotFoundError(
-                f"weights_dir {path}: no *.safetensors files; the trainer must publish a safetensors directory"
-            )
-        if version < self.version:
-            raise ValueError(f"weight version {version} is older than the served version {self.version}")
         start = time.monotonic()
-        checked = self.cfg.verify_checksums and self.cfg.worker_extension
         async with self._update_lock:
-            expected = await asyncio.to_thread(expected_digests, path) if checked else None
-            self.served.weights_dir = str(path.resolve())
-            self.served.version = version  # restarts from now on load this version
-            self.served.expected = expected
-            await self._updater.apply(path.resolve())
-            if self.cfg.verify_checksums and len(self.slots) > 1:
-                await verify_same_weights(self._http, self.urls, self.cfg.request_timeout_s)
+            await self.weights.update(weights_dir, version)
             if self._pd is not None:
                 # KV computed with the old weights must not be injected into new requests.
                 await asyncio.to_thread(self._pd.clear_shared_kv)
         elapsed = time.monotonic() - start
-        log.info("weights version %d from %s loaded on %d server(s) in %.2f s", version, path, len(self.slots), elapsed)
+        log.info("weights version %d from %s loaded on %d server(s) in %.2f s", version, weights_dir, len(self.slots), elapsed)
         return elapsed
+
+# ---- routing -----------------------------------------------------------------
+# Which server takes a request: session affinity, else the least-loaded routable server.
+#
+# The turns of one session (episode) go to the same server so they reuse its prefix
+# cache; a new session, or one whose server left routing, goes to the least-loaded
+# server that is healthy and holds verified weights.
+
+class Router:
+    """Routes over `slots`, a list the pool fills and shares (never copied here)."""
+
+    def __init__(self, slots: list[ServerSlot]) -> None:
+        self.slots = slots
+        self._affinity: dict[str, ServerSlot] = {}
+
+    def pick(self, session_id: str | None) -> ServerSlot | None:
+        """The server for the next request of `session_id`; None when no server is routable."""
+        slot = self._affinity.get(session_id) if session_id is not None else None
+        if slot is None or not slot.routable:
+            # Prefill servers are reached only through a decode request (disaggregation.py).
+            routable = [s for s in self.slots if s.routable and s.role != "kv_producer"]
+            if not routable:
+                return None
+            slot = min(routable, key=lambda s: s.load)
+            if session_id is not None:
+                self._affinity[session_id] = slot
+        return slot
+
+    def release(self, session_id: str) -> None:
+        """Forget a finished session's server (keeps the affinity table small)."""
+        self._affinity.pop(session_id, None)
+
+    def server_of(self, session_id: str) -> str | None:
+        slot = self._affinity.get(session_id)
+        return slot.url if slot else None

@@ -3,13 +3,19 @@
 Owns: starting the process in its own process group (so its engine workers die with
 it), polling /health with a deadline that also notices an early exit, and stopping
 it (SIGTERM to the group, then SIGKILL after a grace period). Does not route
-requests (`routing.py`), restart crashed servers (`server_fleet.py`) or update weights
-(`weight_reload.py`, `weight_restart.py`).
+requests (`server_pool.py`), restart crashed servers (`server_fleet.py`) or update
+weights (`weight_update.py`). `ServerSlot` is one server as the pool sees it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engines.inference.types import KvRole
+
 import functools
 import os
 import signal
@@ -122,3 +128,26 @@ class LocalServer:
             os.killpg(self.process.pid, sig)
         except ProcessLookupError:
             pass
+
+# ---- one server as the pool sees it ------------------------------------------
+# Plain data of the pool: one server as the pool sees it, and the weights all servers should serve.
+
+@dataclass(eq=False)
+class ServerSlot:
+    """One server as the pool sees it."""
+
+    index: int
+    url: str
+    semaphore: asyncio.Semaphore
+    process: LocalServer | None = None  # None for servers given by URL
+    version: int = 0  # weight version currently loaded
+    load: int = 0  # requests waiting for or holding this server's semaphore
+    healthy: bool = True  # answering; False while it is checked or restarted
+    verified: bool = True  # False once its loaded weights failed the check, until an update passes it
+    restarts: int = 0
+    recovering: asyncio.Task[None] | None = field(default=None, repr=False)
+    role: KvRole | None = None  # prefill (kv_producer) or decode (kv_consumer) server; None: both
+
+    @property
+    def routable(self) -> bool:
+        return self.healthy and self.verified

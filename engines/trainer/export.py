@@ -5,7 +5,7 @@ generation config) through the model's own `save_pretrained`, which for transfor
 5 MoE models converts the fused 3-D expert tensors into vLLM's per-expert layout
 (`mlp.experts.<e>.{gate,up,down}_proj.weight`), plus `tensor-digests.json`: the
 digest of every tensor as written, which a weight update checks the servers against
-(engines/inference/weight_check.py). The directory appears whole: it is staged and
+(engines/inference/weight_files.py). The directory appears whole: it is staged and
 committed by `storage.atomic_dir` (local, fsynced) or uploaded before the caller
 publishes the registry record (storage.checkpoints), which is the commit marker.
 

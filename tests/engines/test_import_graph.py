@@ -88,3 +88,13 @@ def test_engines_has_no_import_circle():
     assert not found, "import circles in engines/ (each a set of modules that import each other):\n" + "\n".join(
         " <-> ".join(c) for c in found
     )
+
+
+def test_the_inference_engine_has_at_most_fourteen_modules():
+    """One room per concern (engines/inference/__init__.py lists them): modules and subpackages."""
+    folder = Path("engines/inference")
+    rooms = [p.name for p in folder.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()]
+    assert len(rooms) <= 14, sorted(rooms)
+    listed = (folder / "__init__.py").read_text()
+    missing = [r for r in rooms if r != "__init__.py" and r.removesuffix(".py") not in listed]
+    assert not missing, f"engines/inference/__init__.py does not list {missing}"

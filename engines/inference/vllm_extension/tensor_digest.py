@@ -2,7 +2,7 @@
 
 The exporter writes them beside the weights (`tensor-digests.json`); a vLLM worker
 computes them again over the files it reloaded from (`ExactReloadExtension`), and
-the pool compares the two (engines/inference/weight_check.py). One digest per
+the pool compares the two (engines/inference/weight_files.py). One digest per
 tensor name, over its dtype, shape and raw bytes as stored, so the check is exact
 and does not depend on how vLLM re-lays weights out after loading (fused q/k/v or
 gate/up projections, the CPU build's packed experts, removed linear weights).

@@ -92,7 +92,7 @@ def test_pass_through_server_args_may_not_repeat_configured_flags() -> None:
 
 @pytest.mark.cluster
 def test_wide_expert_parallel_across_nodes() -> None:
-    from engines.inference import wide_ep
+    from engines.inference import launch
 
     cluster = {
         "tensor_parallel_size": 1,
@@ -114,10 +114,10 @@ def test_wide_expert_parallel_across_nodes() -> None:
         "--all2all-backend deepep_low_latency",
     ):
         assert flag in head
-    second = wide_ep.secondary_node_command(cfg, "py", start_rank=8)
+    second = launch.secondary_node_command(cfg, "py", start_rank=8)
     assert "--headless" in second and second[second.index("--data-parallel-start-rank") + 1] == "8"
     with pytest.raises(ValueError, match="multiple of data_parallel_size_local"):
-        wide_ep.secondary_node_command(cfg, "py", start_rank=3)
+        launch.secondary_node_command(cfg, "py", start_rank=3)
     with pytest.raises(launch.UnsupportedOption, match="data parallel across nodes.*leave data_parallel_size_local"):
         launch.check_supported(cfg, cpu_build=True)
     with pytest.raises(ValidationError, match="set cluster.data_parallel_address"):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engines.inference import routes
+from engines.inference import client
 from engines.inference.types import SamplingParams
 
 from .test_weight_update import PROMPT, max_logprob_error, other_checkpoint
@@ -51,4 +51,4 @@ def test_a_server_killed_during_a_weight_update_comes_back_on_the_new_weights(
     assert slot.restarts == restarts + 1 and slot.healthy
     assert completion.weight_version == pool.version
     assert max_logprob_error(target, PROMPT, completion) < 1e-3
-    assert run(routes.is_paused(pool._http, slot.url)) is False
+    assert run(client.is_paused(pool._http, slot.url)) is False

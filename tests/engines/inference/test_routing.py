@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from engines.inference.routing import Router
-from engines.inference.server_slot import ServerSlot
+from engines.inference.server_pool import Router
+from engines.inference.server_process import ServerSlot
 
 
 def slots(n: int) -> list[ServerSlot]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engines.inference import routes
+from engines.inference import client
 from engines.inference.client import ServerUnavailable
 from engines.inference.server_pool import ServerPool
 from engines.inference.server_process import ServerStartError
@@ -44,7 +44,7 @@ def test_two_servers_share_sessions_and_pause_reload_resume(
 ) -> None:
     # weight_update="reload" exercises the in-place path (pause, reload, verify, resume)
     # that GPU builds use; on the CPU build its expert weights are not exact
-    # (weight_dirs.py), so only the mechanics are checked here.
+    # (weight_files.py), so only the mechanics are checked here.
     async def scenario() -> ServerPool:
         async with ServerPool(small_config(tiny_model_dir, num_servers=2, weight_update="reload")) as pool:
             assert len(set(pool.urls)) == 2
@@ -81,5 +81,5 @@ async def check_reload_keeps_in_flight_requests(pool: ServerPool, weights: Path)
     a, b = [await pool.client.complete(url, PROMPT, probe, retries=0) for url in pool.urls]
     assert a.token_ids == b.token_ids and a.logprobs != pytest.approx(before.logprobs, abs=1e-3)
     assert [s.version for s in pool.slots] == [1, 1]
-    assert [await routes.weight_version(pool._http, url) for url in pool.urls] == ["1", "1"]
-    assert [await routes.is_paused(pool._http, url) for url in pool.urls] == [False, False]
+    assert [await client.weight_version(pool._http, url) for url in pool.urls] == ["1", "1"]
+    assert [await client.is_paused(pool._http, url) for url in pool.urls] == [False, False]

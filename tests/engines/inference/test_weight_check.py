@@ -9,8 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from engines.inference.vllm_extension.tensor_digest import file_digests, read_digests, tensor_digest, write_digests
-from engines.inference.weight_check import WeightUpdateError, expected_digests, mismatches
-from engines.inference.weight_dirs import EMBEDDING, LM_HEAD
+from engines.inference.weight_files import EMBEDDING, LM_HEAD, WeightUpdateError, expected_digests, mismatches
 
 
 def test_a_digest_changes_with_any_value_dtype_or_shape() -> None:

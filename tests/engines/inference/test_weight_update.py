@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from engines.inference import routes
+from engines.inference import client
 from engines.inference.server_pool import ServerPool
 from engines.inference.types import SamplingParams
 from tests.engines.inference.conftest import small_config
@@ -63,8 +63,8 @@ def test_an_update_serves_the_new_checkpoint_and_keeps_in_flight_requests(
     assert before.weight_version == old and after.weight_version == old + 1
     assert after.logprobs != pytest.approx(before.logprobs, abs=1e-3)
     assert max_logprob_error(target, PROMPT, after) < 1e-3  # exactly the new checkpoint's policy
-    assert run(routes.weight_version(pool._http, pool.urls[0])) == str(old + 1)
-    assert run(routes.is_paused(pool._http, pool.urls[0])) is False
+    assert run(client.weight_version(pool._http, pool.urls[0])) == str(old + 1)
+    assert run(client.is_paused(pool._http, pool.urls[0])) is False
 
 
 @pytest.mark.slow
@@ -100,7 +100,7 @@ def test_a_server_killed_mid_batch_restarts_on_the_current_weights(pool: Any, ru
     assert len(done) == 8 and all(c.token_ids and c.weight_version == pool.version for c in done)
     assert slot.restarts == restarts + 1 and slot.healthy and slot.process.alive()
     assert max_logprob_error(current, PROMPT, after) < 1e-3  # restarted on the current version's weights
-    assert run(routes.weight_version(pool._http, slot.url)) == str(pool.version)
+    assert run(client.weight_version(pool._http, slot.url)) == str(pool.version)
 
 
 def test_bad_updates_are_refused_before_touching_a_server(
@@ -112,7 +112,7 @@ def test_bad_updates_are_refused_before_touching_a_server(
     with pytest.raises(ValueError, match="older than the served version"):
         run(pool.update_weights(str(second_checkpoint), version - 1))
     assert pool.version == version and pool.slots[0].restarts == restarts
-    assert run(routes.is_paused(pool._http, pool.urls[0])) is False
+    assert run(client.is_paused(pool._http, pool.urls[0])) is False
 
 
 @pytest.mark.slow

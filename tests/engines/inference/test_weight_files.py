@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from engines.inference.weight_dirs import LM_HEAD, reload_dir, serving_dir
+from engines.inference.weight_files import LM_HEAD, reload_dir, serving_dir
 
 
 def test_serving_dir_takes_config_from_the_model_and_weights_from_the_publisher(
