@@ -56,8 +56,8 @@ from engines.model.load import load_moe_causal_lm, load_tokenizer
 from engines.protocol import EDIT_TOOLS, END, Action, parse_action, render_messages
 from engines.trainer.sft import sft
 from engines.trainer.warm_start_cache import cached, warm_start_key
-from flows.config import load_config
-from flows.run_config import RunConfig
+from flows.config import RunConfig
+from flows.config_loader import load_config
 from flows.sft import cache_inputs
 from tasks.training import create_model, demonstrations
 

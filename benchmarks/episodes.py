@@ -62,7 +62,7 @@ from engines.rollout.evaluate import evaluate_tasks
 from engines.rollout.step import GradeCache, grade_episodes, pool_tester
 from engines.trainer.sft import sft
 from engines.trainer.warm_start_cache import cached, warm_start_key
-from flows.run_config import RunConfig
+from flows.config import RunConfig
 from flows.sft import cache_inputs
 
 _METRICS = (

@@ -42,12 +42,12 @@ from engines.env.micro_demos import warm_start_demonstrations
 from engines.model.load import local_model_dir
 from engines.rollout.attempts import mcnemar_p, paired_bootstrap_interval
 from engines.trainer.sft import sft
-from flows.config import load_config
+from flows.config import RunConfig
+from flows.config_loader import load_config
 from flows.evaluate import evaluate
 from flows.prefect_api import prefect_api
 from flows.provenance import code_version
 from flows.rl import rl
-from flows.run_config import RunConfig
 from flows.runtime import work_dir
 from storage import checkpoints, tables
 from storage.fs import open_store

@@ -38,9 +38,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from flows.config import RunConfig
 from flows.prefect_api import prefect_api
 from flows.rl import rl
-from flows.run_config import RunConfig
 from storage import checkpoints
 from storage.fs import open_store
 from storage.query import connect

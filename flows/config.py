@@ -1,252 +1,399 @@
-"""Run configuration: a pydantic model filled from a TOML file plus command-line overrides.
+"""The configuration of a whole run: one pydantic model composed of each
+component's own config, so the Prefect UI shows it as one form and a TOML file
+or `--section.key value` overrides can set any field (see flows/config_loader.py).
 
-    cfg = load_config(RunConfig, "configs/tiny.toml", ["--trainer.lr", "1e-5", "--rollout.group_size=8"])
-
-Precedence: model defaults < TOML file < overrides, in order. An override value is
-read as a TOML literal (`1e-5`, `true`, `[1, 2]`, `"text"`) or else JSON, and stays
-a plain string when it is neither (`--run.name tiny`); a value that only fits its
-field as text (`--run.name 2024`) is retried as the string typed.
-
-Every problem is reported at once in one `ConfigError`: unknown keys with the keys
-allowed at that level (and the closest match), bad values with the allowed choices
-(Literal and Enum fields) or pydantic's reason, each naming its dotted key and
-where it came from. A model may name keys it refuses with their reason (a class
-attribute `refused_keys`: key -> message), e.g. the trainer keys `tandem sft` never
-reads. Owns loading and checking only; the models live beside the
-components they configure.
+Checks that need more than one field live here and run before anything starts:
+a batch that groups cannot divide, a negative staleness bound, a model path that
+does not exist.
 """
 
 from __future__ import annotations
 
-import copy
-import datetime
-import difflib
-import enum
-import json
-import tomllib
-import types
-import typing
-from pathlib import Path
-from typing import Any, TypeVar
+import os
+import secrets
+from datetime import datetime
+from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-M = TypeVar("M", bound=BaseModel)
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot be used; the message lists every problem and its fix."""
-
-
-def load_config(model_cls: type[M], toml_path: str | Path | None, overrides: list[str]) -> M:
-    """Build `model_cls` from the TOML file at `toml_path` (optional) and `overrides`."""
-    data = _read_toml(toml_path) if toml_path is not None else {}
-    source = {key: f"in {toml_path}" for key in _dotted_keys(data)}
-    parsed = parse_overrides(overrides)
-    for key, (_raw, value) in parsed.items():
-        _set_dotted(data, key, value)
-        source[key] = f"from --{key}"
-
-    problems = _unknown_keys(model_cls, data, "", source)
-    if problems:
-        raise ConfigError(_report(problems))
-    try:
-        return model_cls.model_validate(data)
-    except ValidationError as first:
-        retried = _as_strings(model_cls, data, first, parsed)
-        if retried is None:
-            raise ConfigError(_report(_describe(model_cls, first, source))) from None
-        try:
-            return model_cls.model_validate(retried)
-        except ValidationError as exc:
-            raise ConfigError(_report(_describe(model_cls, exc, source))) from None
+from engines.env.config import EnvConfig
+from engines.env.micro import DemonstrationKind, EditTool
+from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingConfig
+from engines.model.hub import is_hub_id
+from engines.model.tiny import TinyModelConfig
+from engines.trainer.config import SFTConfig, TrainerConfig
+from flows.lanes_config import LanesConfig
+from flows.metrics import MetricsConfig
+from storage.config import StorageConfig
+from storage.layout import check_name
 
 
-def parse_overrides(overrides: list[str]) -> dict[str, tuple[str, Any]]:
-    """`["--a.b", "1", "--c=x"]` -> {"a.b": ("1", 1), "c": ("x", "x")}: dotted key -> (text, value)."""
-    parsed: dict[str, tuple[str, Any]] = {}
-    i = 0
-    while i < len(overrides):
-        token = overrides[i]
-        if not token.startswith("--") or len(token) == 2:
-            raise ConfigError(
-                f"override {token!r} is not an option: write overrides as --section.key VALUE or --section.key=VALUE"
-            )
-        if "=" in token:
-            key, raw = token[2:].split("=", 1)
-            i += 1
-        else:
-            key = token[2:]
-            if i + 1 == len(overrides) or overrides[i + 1].startswith("--"):
-                raise ConfigError(f"override --{key} has no value: write --{key} VALUE or --{key}=VALUE")
-            raw = overrides[i + 1]
-            i += 2
-        if not key or any(not part for part in key.split(".")):
-            raise ConfigError(f"override --{key} names no key: write --section.key VALUE")
-        parsed[key] = (raw, parse_value(raw))
-    return parsed
+class ModelConfig(BaseModel):
+    """Which weights the run starts from."""
 
+    model_config = ConfigDict(extra="forbid")
 
-def parse_value(raw: str) -> Any:
-    """A TOML literal, else JSON, else the text itself. Dates stay text: no field wants them."""
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-        if not isinstance(value, (datetime.date, datetime.time)):
-            return value
-    except tomllib.TOMLDecodeError:
-        pass
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
-
-
-def _read_toml(path: str | Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(
-            f"config file {path} does not exist: check the path, or leave it out to use the defaults"
-        ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML ({exc}): fix the line it names") from None
-
-
-def _dotted_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
-    keys = []
-    for key, value in data.items():
-        dotted = f"{prefix}{key}"
-        keys.append(dotted)
-        if isinstance(value, dict):
-            keys.extend(_dotted_keys(value, f"{dotted}."))
-    return keys
-
-
-def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
-    node = data
-    for i, part in enumerate(parts[:-1]):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            prefix = ".".join(parts[: i + 1])
-            raise ConfigError(
-                f"override --{key}: {prefix} is a value, not a section, so it has no key {parts[i + 1]!r}"
-            )
-        node = child
-    node[parts[-1]] = value
-
-
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model inside an annotation (`Model`, `Model | None`), if any."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        models = [m for arg in typing.get_args(annotation) if (m := _model_of(arg))]
-        return models[0] if len(models) == 1 else None
-    return None
-
-
-def _unknown_keys(model_cls: type[BaseModel], data: dict[str, Any], prefix: str, source: dict[str, str]) -> list[str]:
-    fields = model_cls.model_fields
-    names = {name: name for name in fields} | {f.alias: name for name, f in fields.items() if f.alias}
-    problems = []
-    for key, value in data.items():
-        dotted = f"{prefix}{key}"
-        refused = getattr(model_cls, "refused_keys", {})
-        if key not in names and key in refused:
-            problems.append(f"{dotted} ({_where(source, dotted)}): {refused[key]}")
-            continue
-        if key not in names:
-            allowed = ", ".join(fields) or "(none)"
-            close = difflib.get_close_matches(key, list(fields), n=1)
-            hint = f"; did you mean {prefix}{close[0]}?" if close else ""
-            where = f"under {prefix[:-1]!r}" if prefix else "at the top level"
-            problems.append(f"{dotted} ({_where(source, dotted)}): unknown key{hint} Allowed {where}: {allowed}")
-            continue
-        nested = _model_of(fields[names[key]].annotation)
-        if nested is not None and isinstance(value, dict):
-            problems.extend(_unknown_keys(nested, value, f"{dotted}.", source))
-    return problems
-
-
-def _field_at(model_cls: type[BaseModel], loc: tuple[Any, ...]) -> Any:
-    """The annotation that `loc` (a pydantic error location) points to, if it is a plain field path."""
-    model: type[BaseModel] | None = model_cls
-    annotation = None
-    for part in loc:
-        if model is None or not isinstance(part, str) or part not in model.model_fields:
-            return None
-        annotation = model.model_fields[part].annotation
-        model = _model_of(annotation)
-    return annotation
-
-
-def _allowed_values(annotation: Any) -> list[Any] | None:
-    if typing.get_origin(annotation) is typing.Literal:
-        return list(typing.get_args(annotation))
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return [member.value for member in annotation]
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        for arg in typing.get_args(annotation):
-            if (values := _allowed_values(arg)) is not None:
-                return values
-    return None
-
-
-def _describe(model_cls: type[BaseModel], exc: ValidationError, source: dict[str, str]) -> list[str]:
-    problems = []
-    for error in exc.errors(include_url=False):
-        loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith(("literal[", "function-"))))
-        field_loc = tuple(p for p in loc if isinstance(p, str))
-        dotted = ".".join(str(p) for p in loc) or "(top level)"
-        where = _where(source, ".".join(field_loc))
-        allowed = _allowed_values(_field_at(model_cls, field_loc))
-        if allowed is not None and error["type"] in ("literal_error", "enum"):
-            choices = ", ".join(repr(v) for v in allowed)
-            problems.append(f"{dotted} ({where}): got {error['input']!r}; allowed values: {choices}")
-        elif error["type"] == "missing":
-            problems.append(f"{dotted}: required; set it in the TOML file or pass --{dotted} VALUE")
-        else:
-            problems.append(f"{dotted} ({where}): {error['msg']} (got {error['input']!r})")
-    return problems
-
-
-def _as_strings(
-    model_cls: type[BaseModel], data: dict[str, Any], exc: ValidationError, parsed: dict[str, tuple[str, Any]]
-) -> dict[str, Any] | None:
-    """A copy of `data` where failing overrides aimed at text fields hold the text typed
-    (`--run.name 2024` parses as a number); None when there is no such override."""
-    failed = {".".join(str(p) for p in e["loc"] if isinstance(p, str)) for e in exc.errors()}
-    retry = {
-        key: raw
-        for key, (raw, value) in parsed.items()
-        if key in failed and not isinstance(value, str) and _accepts_text(_field_at(model_cls, tuple(key.split("."))))
-    }
-    if not retry:
-        return None
-    as_text = copy.deepcopy(data)
-    for key, raw in retry.items():
-        _set_dotted(as_text, key, raw)
-    return as_text
-
-
-def _accepts_text(annotation: Any) -> bool:
-    if annotation is str:
-        return True
-    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and str in typing.get_args(annotation)
-
-
-def _where(source: dict[str, str], dotted: str) -> str:
-    """Where a key (or the first key under it) was set."""
-    if dotted in source:
-        return source[dotted]
-    return next((v for k, v in source.items() if k.startswith(f"{dotted}.")), "default value")
-
-
-def _report(problems: list[str]) -> str:
-    lines = "\n".join(f"  - {p}" for p in problems)
-    return (
-        f"invalid configuration ({len(problems)} problem{'s' if len(problems) > 1 else ''}):\n{lines}\n"
-        "Fix the TOML file or the --key VALUE overrides named above."
+    path: str | None = Field(
+        None,
+        description="Starting checkpoint: a Hugging Face MoE causal-LM directory (local path or s3://) or a Hub model "
+        "id ('Qwen/Qwen3-30B-A3B', resolved through the Hugging Face cache; HF_HUB_OFFLINE=1 reads only the cache). "
+        "None: create the tiny Qwen3-MoE and warm-start it with SFT on micro-task demonstrations.",
     )
+    tiny: TinyModelConfig = Field(
+        default_factory=TinyModelConfig,
+        description="Shape of the tiny MoE created when path is None; refused when path is set (nothing reads it).",
+    )
+
+
+class TaskSetConfig(BaseModel):
+    """Where the run's tasks come from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["micro", "corpus"] = Field(
+        "micro",
+        description="micro: generated bug-fix modules (fast, learnable by a tiny model); corpus: a built task corpus.",
+    )
+    corpus_path: str | None = Field(
+        None, description="Corpus directory (from `tandem tasks build`) when kind = corpus."
+    )
+    train_tasks: int = Field(4000, ge=1, description="Micro tasks generated for training.")
+    heldout_tasks: int = Field(
+        500,
+        ge=1,
+        description="Micro tasks generated for held-out evaluation (disjoint seed); 500 resolve a 10-point "
+        "change with a standard error near 2 points.",
+    )
+    seed: int = Field(0, description="Seed of the micro-task generator (train uses seed, held-out seed + 1).")
+
+    @model_validator(mode="after")
+    def _corpus(self) -> TaskSetConfig:
+        if self.kind == "corpus" and not self.corpus_path:
+            raise ValueError(
+                "tasks.corpus_path: required when tasks.kind = 'corpus' (build one with `tandem tasks build`)"
+            )
+        return self
+
+
+class RLConfig(BaseModel):
+    """The shape of the RL loop."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(
+        50,
+        ge=1,
+        description="Optimizer steps of the run (each consumes one rollout shard); 50 fit the tiny run in 25 minutes.",
+    )
+    async_level: int = Field(
+        1,
+        ge=0,
+        description="Staleness bound k: rollouts of step s come from policy versions >= s - k (0 = synchronous).",
+    )
+    batch_size: int = Field(128, ge=2, description="Episodes per step (tasks per step x group_size).")
+    group_size: int = Field(
+        8, ge=2, description="Episodes per task; advantages are relative to the group (1 would give zero advantages)."
+    )
+    seed: int = Field(
+        0,
+        description="Seed of the tasks each step samples (step s draws from (seed, s)); generation is seeded by inference.sampling.seed.",
+    )
+
+    @model_validator(mode="after")
+    def _divisible(self) -> RLConfig:
+        if self.batch_size % self.group_size:
+            raise ValueError(
+                f"rl.batch_size ({self.batch_size}) is not divisible by rl.group_size ({self.group_size}): "
+                "make batch_size a multiple of group_size"
+            )
+        return self
+
+
+class EvalConfig(BaseModel):
+    """Held-out evaluation before and after RL."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: int = Field(500, ge=1, description="Held-out tasks evaluated (at most tasks.heldout_tasks).")
+    samples: int = Field(1, ge=1, description="Samples per task at the rollout temperature for pass@k (k = samples).")
+
+
+class RunSamplingConfig(SamplingConfig):
+    """Sampling of a model turn for micro tasks (defaults on the fields, so overriding one key keeps the others)."""
+
+    max_tokens_per_turn: int = Field(
+        64, ge=1, description="Most tokens of one turn; a micro-task action is about 20 tokens."
+    )
+    temperature: float = Field(
+        0.7,
+        ge=0.0,
+        description="Rollout temperature (trainer.temperature must match). The tiny warm start solves 6% of held-out "
+        "tasks sampled at 0.7 but 2% at 1.0: more groups with a success to learn from.",
+    )
+    top_p: float = Field(
+        1.0,
+        gt=0.0,
+        le=1.0,
+        description="Nucleus mass; must stay 1.0 in an RL run: the trainer's logprobs are of the full distribution.",
+    )
+
+    @field_validator("top_p")
+    @classmethod
+    def _full_distribution(cls, top_p: float) -> float:
+        if top_p < 1.0:
+            raise ValueError(
+                f"inference.sampling.top_p = {top_p}: the trainer computes logprobs over the full distribution, so "
+                "tokens sampled from a truncated nucleus would get wrong importance ratios; use top_p = 1.0"
+            )
+        return top_p
+
+
+class RunEpisodeLimits(EpisodeLimits):
+    """Episode limits for micro tasks (about 150 tokens per episode)."""
+
+    max_turns: int = Field(4, ge=1, description="Most model turns per episode.")
+    max_total_tokens: int = Field(
+        512, ge=2, description="Most tokens in the whole conversation; at most the server's context."
+    )
+    max_concurrent_episodes: int = Field(128, ge=1, description="Episodes in flight at once: a whole step's batch.")
+
+
+class RunInferenceConfig(InferenceConfig):
+    """InferenceConfig whose model_dir the run fills in (the published weights), with
+    defaults sized for the tiny MoE on micro tasks (episodes of about 150 tokens)."""
+
+    model_dir: str = Field(
+        "", description="Filled in by the run with the weights it serves; leave empty (set model.path instead)."
+    )
+    max_model_len: int = Field(512, ge=16, description="Context length of each server in tokens.")
+    kv_cache_gb: float = Field(0.5, gt=0, description="KV cache per server in GB.")
+    max_num_seqs: int = Field(128, ge=1, description="Sequences one server batches at once: a whole step's batch.")
+    concurrency_per_server: int = Field(128, ge=1, description="Requests in flight per server.")
+    sampling: RunSamplingConfig = Field(default_factory=RunSamplingConfig, description="Sampling of a model turn.")
+    limits: RunEpisodeLimits = Field(
+        default_factory=RunEpisodeLimits, description="Turn, token and time limits of an episode."
+    )
+
+    @field_validator("model_dir")
+    @classmethod
+    def _filled_by_the_run(cls, model_dir: str) -> str:
+        if model_dir:
+            raise ValueError(
+                f"inference.model_dir = {model_dir!r}: the run fills it with the weights it serves (version 0, then "
+                "each published version); leave it empty and set model.path to start from a model"
+            )
+        return model_dir
+
+    weight_cache_versions: int = Field(
+        3,
+        ge=3,
+        description="With an s3:// lake, weight versions the rollout host keeps copied on local disk "
+        "(engines/rollout/weight_cache.py); the oldest others are deleted before each new copy. At least 3: "
+        "the version the servers started from, the one they serve and the one being loaded.",
+    )
+
+
+class RunSFTConfig(SFTConfig):
+    """Warm start bounded in steps (time is only a safety net), so its quality does not
+    depend on how busy the machine is."""
+
+    max_steps: int | None = Field(
+        800,
+        ge=1,
+        description="Optimizer steps of the warm start (about 7 minutes on 2 cores; "
+        "held-out pass@1 9% after 800 steps, 5.5% after 400).",
+    )
+    max_seconds: float | None = Field(
+        2400,
+        gt=0,
+        description="Safety bound on the warm start's wall time (s); max_steps is what ends it on an idle machine.",
+    )
+    schedule: Literal["constant", "cosine"] = Field("cosine", description="Cosine decay to 10% of lr at max_steps.")
+    failed_attempt_share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Under edit feedback (env.edit_attempts > 0), the share of micro-task demonstrations that show one "
+        "or two failed attempts (masked from the loss) before the fix, so the warm start knows what a retry is.",
+    )
+    edit_tool: EditTool = Field(
+        "edit",
+        description="How the micro-task demonstrations write an edit (engines/env/micro.py: line_edit): edit (line "
+        "number + the whole new line), replace (the old line copied, with lines above it until unique), or a short "
+        "form that writes only the tokens that change, OLD unique in its scope: short_replace (the file), "
+        "line_change (`change m.py LINE`), function_change (`change m.py NAME`, the named function). The policy "
+        "may use any. benchmarks/edit_gate.py measures how often each warm start writes a valid edit.",
+    )
+    demonstrations: DemonstrationKind = Field(
+        "oracle",
+        description="Who writes the warm start's demonstrations: oracle (the fix, after failed attempts masked from "
+        "the loss in failed_attempt_share of them) or candidates (distinct plausible edits of the named function in "
+        "random order until the tests pass or env.edit_attempts run out, every attempt trained: the tools and the "
+        "edit form, not the fixes; needs env.edit_attempts >= 1).",
+    )
+    cache: bool = Field(
+        True,
+        description="Reuse a warm start made of the same inputs (tasks, demonstration and SFT settings, model shape, "
+        "the code that makes it), cached under $TANDEM_CACHE or ~/.cache/tandem-rl/warm-starts/<key> "
+        "(engines/trainer/warm_start_cache.py); false trains a fresh one and caches nothing.",
+    )
+
+
+class RunEnvConfig(EnvConfig):
+    """EnvConfig with the run's protocol: edit feedback with 3 attempts."""
+
+    edit_attempts: int = Field(
+        3,
+        ge=0,
+        description="Every edit runs the tests; a failing edit is rolled back; the episode ends when they pass or "
+        "after this many failing edits (0: plain edits, one-shot). 3 distinct plausible guesses solve about three "
+        "times as many micro tasks as one, so what RL teaches (retry differently) carries over to unseen tasks.",
+    )
+
+
+class RunTrainerConfig(TrainerConfig):
+    """TrainerConfig with defaults for the tiny MoE on micro tasks. Defaults live on the
+    fields (not in a factory) so overriding one key keeps the others."""
+
+    # Micro episodes are short (about 150 tokens) and of similar length: padding wastes
+    # little, and unpacked rows take the faster attention path on CPU (2x per SFT step).
+    lr: float = Field(5e-4, gt=0, description="AdamW learning rate for RL (the warm start uses 2e-3).")
+    temperature: float = Field(0.7, gt=0, description="Rollout temperature: inference.sampling.temperature.")
+    packing: bool = Field(False, description="Pack several episodes per row; off for short micro episodes.")
+    micro_batch_rows: int = Field(64, ge=1, description="Rows per forward/backward (half a step's batch).")
+    seq_len: int = Field(512, ge=16, description="Row length in tokens (the server's context).")
+    sft: RunSFTConfig = Field(
+        default_factory=RunSFTConfig,
+        description="Warm-start SFT of the tiny model (model.path unset); refused when model.path is set.",
+    )
+
+
+class RetentionConfig(BaseModel):
+    """Which published weight versions the run keeps as it goes (storage/retention.py);
+    the rest are deleted after each step, so a long run does not end on a full disk."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keep_last: int | None = Field(
+        None,
+        ge=1,
+        description="Newest versions kept. None: rl.async_level + 1, the versions rollouts may still be generated "
+        "with under the staleness bound. The version the servers serve is always kept.",
+    )
+    milestone_every: int = Field(
+        10, ge=0, description="Also keep every Nth version (v0, vN, v2N, ...) as a milestone; 0 keeps none."
+    )
+
+    def last(self, async_level: int) -> int:
+        """The resolved `keep_last`."""
+        return self.keep_last if self.keep_last is not None else async_level + 1
+
+
+def unique_run_name() -> str:
+    """tiny-moe-<date>-<time>-<4 hex>: a new name per run, so two runs never share a folder by accident."""
+    return f"tiny-moe-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+class RunConfig(BaseModel):
+    """A whole asynchronous RL run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run: str = Field(
+        default_factory=unique_run_name,
+        description="Run name: the folder under storage.root holding everything of the run. Default: a new "
+        "name per run (tiny-moe-<date>-<time>-<hex>); give an existing run's name to resume it.",
+    )
+    allow_config_change: bool = Field(
+        False,
+        description="Resume a run even when this configuration differs from the one stored at its start "
+        "(only rl.steps may differ otherwise; the differing keys are listed and the run is refused).",
+    )
+    storage: StorageConfig = Field(
+        default_factory=StorageConfig, description="Where trajectories, metrics and weights go."
+    )
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Starting weights.")
+    tasks: TaskSetConfig = Field(default_factory=TaskSetConfig, description="Training and held-out tasks.")
+    env: RunEnvConfig = Field(default_factory=RunEnvConfig, description="Sandbox, grading and the edit protocol.")
+    inference: RunInferenceConfig = Field(
+        default_factory=RunInferenceConfig,
+        description="vLLM servers, sampling and episode limits.",
+    )
+    trainer: RunTrainerConfig = Field(
+        default_factory=RunTrainerConfig, description="RL objective, optimizer and SFT warm start."
+    )
+    rl: RLConfig = Field(default_factory=RLConfig, description="Steps, staleness bound, batch and group sizes.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+    retention: RetentionConfig = Field(
+        default_factory=RetentionConfig, description="Weight versions kept as the run goes."
+    )
+    metrics: MetricsConfig = Field(
+        default_factory=MetricsConfig,
+        description="Per-step metrics and held-out evaluations for TensorBoard, W&B and MLflow (off by default).",
+    )
+    lanes: LanesConfig = Field(
+        default_factory=LanesConfig, description="Lanes on other machines, as deployments (off by default)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        check_name("run", self.run)
+        path = self.model.path
+        if path and not path.startswith("s3://") and not os.path.isdir(path) and not is_hub_id(path):
+            raise ValueError(
+                f"model.path: {path!r} is not a directory or a Hugging Face model id ('org/name'); "
+                "give a model directory, an id, or leave it unset"
+            )
+        if path:
+            self._check_tiny_only()
+        if self.tasks.kind == "corpus" and not path:
+            raise ValueError(
+                "model.path: required when tasks.kind = 'corpus' (the tiny warm start learns from micro-task "
+                "demonstrations); give a Hugging Face MoE directory"
+            )
+        sampled_at = self.inference.sampling.temperature
+        if sampled_at != self.trainer.temperature:
+            raise ValueError(
+                f"trainer.temperature ({self.trainer.temperature}) differs from inference.sampling.temperature "
+                f"({sampled_at}): the RL loss compares the trainer's logprobs with the sampler's, so set both to the same value"
+            )
+        if self.metrics.writes() and self.trainer.processes > 1:
+            raise ValueError(
+                f"metrics.sinks {self.metrics.sinks}: the trainer lane logs to trackers in-process only, and "
+                f"trainer.processes = {self.trainer.processes} runs it under torchrun; leave metrics.tensorboard_dir unset "
+                "and drop 'wandb' and 'mlflow' from metrics.sinks (the steps table in the lake has every metric), or "
+                "use trainer.processes = 1"
+            )
+        needed = self.rl.async_level + 1
+        if self.retention.keep_last is not None and self.retention.keep_last < needed:
+            raise ValueError(
+                f"retention.keep_last ({self.retention.keep_last}) is below rl.async_level + 1 ({needed}): rollouts may "
+                "still be generated with the versions it would delete; raise it or leave it unset"
+            )
+        if self.trainer.sft.demonstrations == "candidates" and not self.env.edit_attempts:
+            raise ValueError(
+                "trainer.sft.demonstrations = 'candidates' tries edits until the tests pass, which needs edit "
+                "feedback: set env.edit_attempts >= 1, or use demonstrations = 'oracle'"
+            )
+        if self.eval.tasks > self.tasks.heldout_tasks and self.tasks.kind == "micro":
+            raise ValueError(
+                f"eval.tasks ({self.eval.tasks}) exceeds tasks.heldout_tasks ({self.tasks.heldout_tasks}): lower one or raise the other"
+            )
+        return self
+
+    def _check_tiny_only(self) -> None:
+        """model.tiny and trainer.sft shape and warm-start the tiny model made when model.path is unset;
+        with model.path those weights are version 0 as they are, so a changed key would do nothing."""
+        defaults = RunTrainerConfig().sft.model_dump()
+        sections = (
+            ("model.tiny", self.model.tiny.model_dump(), TinyModelConfig().model_dump()),
+            ("trainer.sft", self.trainer.sft.model_dump(), defaults),
+        )
+        for section, values, default in sections:
+            changed = next((k for k in values if values[k] != default[k]), None)
+            if changed is not None:
+                raise ValueError(
+                    f"{section}.{changed} = {values[changed]!r}: {section} applies only to the tiny model created "
+                    f"when model.path is unset; model.path ({self.model.path!r}) is used as it is. Remove "
+                    f"{section}.{changed}, or unset model.path"
+                )

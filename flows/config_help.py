@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from flows.config import _model_of
+from flows.config_loader import _model_of
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from prefect.artifacts import acreate_table_artifact
 
 from engines.env.corpus import load_corpus
 from flows.artifacts import slug
+from flows.config import RunConfig
 from flows.replay_source import require_weights, resolve_run
-from flows.run_config import RunConfig
 from flows.runtime import open_rollout_lane, work_dir
 from storage import runs
 from storage.atomic import write_bytes_atomic

@@ -30,9 +30,9 @@ from prefect.states import Cancelling
 
 from engines.env.corpus import load_corpus
 from engines.env.deps import ensure_task_deps
+from flows.config import RunConfig
 from flows.lanes_config import LanesConfig
 from flows.rollout_lane import rollout_lane
-from flows.run_config import RunConfig
 from flows.runtime import trainer_lane_config, work_dir
 from storage.atomic import write_bytes_atomic
 from storage.fs import open_store

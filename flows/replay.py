@@ -24,12 +24,12 @@ from engines.env.corpus import corpus_id, run_tasks
 from engines.env.grader import GradingPool
 from engines.rollout.step import GradeCache
 from engines.trainer.lane import LaneConfig
+from flows.config import RunTrainerConfig
 from flows.prefect_setup import ensure_limits
 from flows.provenance import corpus_fields, start_record
 from flows.replay_config import ReplayTrainConfig, RescoreConfig
 from flows.replay_source import resolve_run
 from flows.resume import check_resume
-from flows.run_config import RunTrainerConfig
 from flows.trainer_lane import trainer_lane
 from storage import checkpoints, runs, shards
 from storage.fs import Store, open_store

@@ -17,7 +17,7 @@ import typer
 from pydantic import BaseModel
 
 from flows.cli_shell import command_group, user_errors
-from flows.config import ConfigError, load_config
+from flows.config_loader import ConfigError, load_config
 
 app = command_group("replay", "New runs from a finished run's stored trajectories.")
 _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}

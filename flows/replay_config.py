@@ -14,8 +14,8 @@ from typing import ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engines.env.config import EnvConfig
+from flows.config import RunTrainerConfig
 from flows.replay_source import NEWEST
-from flows.run_config import RunTrainerConfig
 from storage.config import StorageConfig
 from storage.layout import check_name
 

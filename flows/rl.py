@@ -23,13 +23,13 @@ from prefect import flow
 from engines.staleness import check_bound
 from flows.artifacts import publish_step_artifacts, publish_summary
 from flows.comparison import heldout_comparison
+from flows.config import RunConfig
 from flows.lane_process import TrainerProcess
 from flows.lanes_apart import run_lanes_apart
 from flows.prefect_setup import ensure_limits
 from flows.provenance import start_record
 from flows.resume import check_resume
 from flows.rollout_lane import rollout_lane
-from flows.run_config import RunConfig
 from flows.runtime import trainer_lane_config, work_dir
 from flows.sft import warm_start
 from storage import runs

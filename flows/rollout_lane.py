@@ -17,8 +17,8 @@ from prefect.concurrency.asyncio import concurrency
 from engines.env.corpus import load_corpus
 from engines.rollout.lane import RolloutLane
 from flows.artifacts import publish_step_artifacts
+from flows.config import RunConfig
 from flows.metrics import MetricsSink, metrics_sink
-from flows.run_config import RunConfig
 from flows.runtime import open_rollout_lane, work_dir
 from storage.atomic import write_bytes_atomic
 from storage.fs import open_store

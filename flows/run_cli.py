@@ -21,7 +21,7 @@ import typer
 from typer.core import TyperCommand
 
 from flows.cli_shell import user_errors
-from flows.config import ConfigError, load_config
+from flows.config_loader import ConfigError, load_config
 from tasks.progress import quiet_prefect_console
 
 _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -55,7 +55,7 @@ def keys_in_help(model_path: str) -> type[TyperCommand]:
     return KeysInHelp
 
 
-KeysInHelp = keys_in_help("flows.run_config:RunConfig")
+KeysInHelp = keys_in_help("flows.config:RunConfig")
 
 
 def run_command(
@@ -70,7 +70,7 @@ def run_command(
 ) -> None:
     """Run asynchronous RL end to end; extra `--section.key value` pairs override the config."""
     quiet_prefect_console(verbose)  # before Prefect is imported: it reads logging settings once
-    from flows.run_config import RunConfig  # torch and transformers load only for this command
+    from flows.config import RunConfig  # torch and transformers load only for this command
 
     with user_errors(ConfigError, FileNotFoundError):
         cfg = load_config(RunConfig, config, list(ctx.args))

@@ -17,7 +17,7 @@ from engines.model.load import load_tokenizer
 from engines.rollout.lane import RolloutLane, RolloutSettings
 from engines.rollout.weight_cache import WeightCache
 from engines.trainer.lane import LaneConfig
-from flows.run_config import RunConfig
+from flows.config import RunConfig
 from storage import checkpoints
 from storage.fs import Store
 

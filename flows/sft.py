@@ -23,7 +23,7 @@ from engines.trainer.warm_start_cache import (
     warm_start_inputs,
     warm_start_key,
 )
-from flows.run_config import RunConfig
+from flows.config import RunConfig
 from flows.runtime import work_dir
 from storage import checkpoints
 from storage.errors import NotFoundError

@@ -19,7 +19,7 @@ from typing import Annotated
 import typer
 
 from flows.cli_shell import user_errors
-from flows.config import ConfigError, load_config
+from flows.config_loader import ConfigError, load_config
 from flows.run_cli import _EXTRA, KeysInHelp, keys_in_help
 from tasks.progress import quiet_prefect_console
 
@@ -58,7 +58,7 @@ def eval_command(
 ) -> None:
     """Evaluate a run's newest weights (pass@1, pass@k) on its held-out tasks."""
     quiet_prefect_console(verbose)
-    from flows.run_config import RunConfig
+    from flows.config import RunConfig
 
     with user_errors(ConfigError):
         cfg = load_config(RunConfig, config, list(ctx.args))

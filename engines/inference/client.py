@@ -169,12 +169,14 @@ class CompletionClient:
             return response.json()
         raise ServerUnavailable(f"server {url} unavailable after {attempts} attempt(s): {type(last).__name__}: {last}")
 
+
 # ---- the other vLLM routes ---------------------------------------------------
 # One small async function per vLLM HTTP route that the pool uses.
 #
 # Routes as served by vLLM 0.32 (`vllm/entrypoints/rl/online/api_router.py` and
 # `vllm/entrypoints/serve/dev/`); the dev routes need VLLM_SERVER_DEV_MODE=1 on the
 # server. Each raises `RouteError` naming the server and the route on a non-2xx answer.
+
 
 class RouteError(RuntimeError):
     """A vLLM route answered with an error status."""

@@ -324,6 +324,7 @@ class InferenceConfig(BaseModel):
             )
         return path
 
+
 # ---- pass-through server arguments -------------------------------------------
 # Validation of `cluster.extra_server_args`, the vLLM server arguments passed through.
 #

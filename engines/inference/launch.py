@@ -178,6 +178,7 @@ def cpu_cores_for(index: int, threads: int) -> list[int]:
     start = index * threads
     return sorted({cores[(start + k) % len(cores)] for k in range(threads)})
 
+
 # ---- cluster layout flags, one node or many ----------------------------------
 # vLLM's flags of the cluster layout, for one node or many (wide expert parallel).
 #
@@ -187,6 +188,7 @@ def cpu_cores_for(index: int, threads: int) -> list[int]:
 # rank, and their engines join the head at `data_parallel_address:data_parallel_rpc_port`.
 # Expert parallel then shards the experts over all the ranks, and the all-to-all
 # backend moves tokens between nodes.
+
 
 def data_parallel_flags(c: ClusterOptions, start_rank: int = 0) -> list[str]:
     """Flags of the data-parallel layout, empty for a single engine."""

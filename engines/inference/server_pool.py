@@ -188,8 +188,15 @@ class ServerPool:
                 # KV computed with the old weights must not be injected into new requests.
                 await asyncio.to_thread(self._pd.clear_shared_kv)
         elapsed = time.monotonic() - start
-        log.info("weights version %d from %s loaded on %d server(s) in %.2f s", version, weights_dir, len(self.slots), elapsed)
+        log.info(
+            "weights version %d from %s loaded on %d server(s) in %.2f s",
+            version,
+            weights_dir,
+            len(self.slots),
+            elapsed,
+        )
         return elapsed
+
 
 # ---- routing -----------------------------------------------------------------
 # Which server takes a request: session affinity, else the least-loaded routable server.
@@ -197,6 +204,7 @@ class ServerPool:
 # The turns of one session (episode) go to the same server so they reuse its prefix
 # cache; a new session, or one whose server left routing, goes to the least-loaded
 # server that is healthy and holds verified weights.
+
 
 class Router:
     """Routes over `slots`, a list the pool fills and shares (never copied here)."""

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from engines.lifetime import exit_with_parent
+from engines.lifetime import exit_with_parent, stop_group
 
 
 class ServerStartError(RuntimeError):
@@ -104,33 +104,18 @@ class LocalServer:
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM the process group, SIGKILL it after `grace_s` seconds."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self._signal_group(signal.SIGTERM)
-            try:
-                self.process.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                self._signal_group(signal.SIGKILL)
-                self.process.wait(10)
-        # Workers may outlive a parent killed from outside: clear the group either way.
-        self._signal_group(signal.SIGKILL)
+        if self.process is not None:
+            stop_group(self.process, grace_s)
 
     def kill(self) -> None:
         """SIGKILL the whole group at once (tests of crash recovery)."""
         if self.process is not None:
-            self._signal_group(signal.SIGKILL)
-            self.process.wait(10)
+            stop_group(self.process, 0, signal.SIGKILL)
 
-    def _signal_group(self, sig: int) -> None:
-        assert self.process is not None
-        try:
-            os.killpg(self.process.pid, sig)
-        except ProcessLookupError:
-            pass
 
 # ---- one server as the pool sees it ------------------------------------------
 # Plain data of the pool: one server as the pool sees it, and the weights all servers should serve.
+
 
 @dataclass(eq=False)
 class ServerSlot:

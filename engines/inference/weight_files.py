@@ -93,6 +93,7 @@ def reload_dir(weights_dir: Path, config_dir: Path, staging_root: Path | None = 
     save_file({LM_HEAD: embedding.contiguous()}, str(staged / "tied-lm-head.safetensors"))
     return staged
 
+
 # ---- servers checked against the files ----------------------------------------
 # Checks that servers hold the weights the trainer exported, with one server or many.
 #
@@ -105,6 +106,7 @@ def reload_dir(weights_dir: Path, config_dir: Path, staging_root: Path | None = 
 #
 # Across servers (two or more): vLLM's per-parameter checksums of the loaded model
 # must be identical, which also covers what the servers did after reading the files.
+
 
 class WeightUpdateError(RuntimeError):
     """A weight update failed or could not be verified on some server."""

@@ -223,7 +223,7 @@ def _refusal(key: str) -> str:
 class _SFTCommand(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    # TrainerConfig's other fields, refused by name with the reason (flows/config.py reads it).
+    # TrainerConfig's other fields, refused by name with the reason (flows/config_loader.py reads it).
     refused_keys: ClassVar[dict[str, str]] = {
         k: _refusal(k) for k in TrainerConfig.model_fields if k not in (*SFT_TRAINER_FIELDS, "sft")
     }

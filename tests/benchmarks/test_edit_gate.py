@@ -9,7 +9,7 @@ import pytest
 from benchmarks.edit_gate import classify, figures, run_episodes, token_distance, wilson
 from engines.env.micro import MODULE, generate_micro_tasks, named_function, oracle_action
 from engines.protocol import Action
-from flows.run_config import RunConfig
+from flows.config import RunConfig
 
 
 @pytest.fixture(scope="module")

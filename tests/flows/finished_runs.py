@@ -16,9 +16,9 @@ from engines.env.grader import GradingPool
 from engines.env.micro import generate_micro_tasks
 from engines.inference.types import Episode
 from engines.rollout.step import GradeCache, episodes_table, grade_episodes
-from flows.config import load_config
+from flows.config import RunConfig
+from flows.config_loader import load_config
 from flows.provenance import start_record
-from flows.run_config import RunConfig
 from storage import checkpoints, runs, shards
 from storage.fs import open_store
 from tasks.corpus import publish_corpus_table

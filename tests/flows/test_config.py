@@ -1,131 +1,105 @@
-"""load_config: TOML file plus --key overrides into a pydantic model, and errors
-that name the key, where it came from and what is allowed."""
+"""A run configuration that cannot work is refused before anything starts, naming the key."""
 
-from __future__ import annotations
-
-import enum
-from pathlib import Path
-from typing import Literal
+import re
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
 
-from flows.config import ConfigError, load_config, parse_overrides
-
-
-class Precision(enum.Enum):
-    FP32 = "fp32"
-    BF16 = "bf16"
+from flows.config import RunConfig
+from flows.config_loader import ConfigError, load_config
 
 
-class Trainer(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    lr: float = Field(1e-4, gt=0, description="learning rate")
-    batch_size: int = Field(32, ge=1, description="episodes per step")
-    optimizer: Literal["adamw", "sgd"] = Field("adamw", description="optimizer")
-    precision: Precision = Field(Precision.FP32, description="parameter dtype")
-    betas: list[float] = Field([0.9, 0.95], description="Adam betas")
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["--rl.batch_size", "30"], "rl.batch_size"),
+        (["--rl.async_level", "-1"], "rl.async_level"),
+        (["--model.path", "/nonexistent/model"], "model.path"),
+        (["--rl.group_sizee", "4"], "rl.group_sizee"),
+        (["--tasks.kind", "corpus"], "tasks.corpus_path"),
+        (["--tasks.kind", "corpus", "--tasks.corpus_path", "c/"], "model.path"),
+        (["--inference.sampling.temperature", "1.0"], "trainer.temperature"),
+        (["--trainer.sft.demonstrations", "candidates", "--env.edit_attempts", "0"], "env.edit_attempts"),
+        (["--trainer.sft.edit_tool", "change"], "trainer.sft.edit_tool"),
+    ],
+)
+def test_bad_run_configs_name_the_key(overrides, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_config(RunConfig, None, overrides)
 
 
-class Run(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field("tiny", description="run name")
-    seed: int = Field(0, description="seed")
-    resume: bool = Field(False, description="resume from the latest checkpoint")
+def test_defaults_learn_and_fit_the_tiny_model():
+    cfg = load_config(RunConfig, None, [])
+    assert cfg.rl.group_size > 1 and cfg.rl.batch_size % cfg.rl.group_size == 0
+    assert cfg.inference.limits.max_total_tokens <= cfg.inference.max_model_len
+    assert cfg.trainer.seq_len >= cfg.inference.max_model_len
 
 
-class Example(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    run: Run = Field(default_factory=Run, description="the run")
-    trainer: Trainer = Field(default_factory=Trainer, description="the trainer")
-    notes: str | None = Field(None, description="free text")
-
-
-def write_toml(tmp_path: Path, text: str) -> Path:
+def test_toml_and_overrides_compose(tmp_path):
     path = tmp_path / "run.toml"
-    path.write_text(text)
-    return path
+    path.write_text('run = "exp1"\n[rl]\nsteps = 5\nasync_level = 0\n')
+    cfg = load_config(RunConfig, path, ["--rl.steps", "7"])
+    assert (cfg.run, cfg.rl.steps, cfg.rl.async_level) == ("exp1", 7, 0)
 
 
-def test_defaults_toml_and_overrides_apply_in_that_order(tmp_path: Path) -> None:
-    toml = write_toml(tmp_path, '[trainer]\nlr = 3e-4\nbatch_size = 8\n[run]\nname = "from-file"\n')
-    cfg = load_config(Example, toml, ["--trainer.lr", "1e-5", "--run.resume=true", "--trainer.betas", "[0.8, 0.9]"])
-    assert cfg.trainer.lr == 1e-5 and cfg.trainer.batch_size == 8
-    assert cfg.run.name == "from-file" and cfg.run.resume is True and cfg.run.seed == 0
-    assert cfg.trainer.betas == [0.8, 0.9]
-    assert load_config(Example, None, []) == Example()
-
-
-def test_override_values_are_typed_literals_or_plain_text() -> None:
-    parsed = parse_overrides(
+def test_overriding_one_nested_key_keeps_the_runs_other_defaults():
+    cfg = load_config(
+        RunConfig,
+        None,
         [
-            "--a",
-            "1e-5",
-            "--b=true",
-            "--c",
-            "hello world",
-            "--d",
-            '"quoted"',
-            "--e",
-            "-3",
-            '--f={"k": 1}',
-            "--g",
-            "2024-01-01",
-        ]
+            "--inference.limits.max_concurrent_episodes",
+            "256",
+            "--inference.sampling.temperature",
+            "0.7",
+            "--trainer.temperature",
+            "0.7",
+        ],
     )
-    assert {k: v for k, (_, v) in parsed.items()} == {
-        "a": 1e-5,
-        "b": True,
-        "c": "hello world",
-        "d": "quoted",
-        "e": -3,
-        "f": {"k": 1},
-        "g": "2024-01-01",
-    }
-
-
-def test_a_number_given_for_a_text_field_is_kept_as_typed() -> None:
-    cfg = load_config(Example, None, ["--run.name", "2024", "--notes", "1e-5", "--run.seed", "7"])
-    assert (cfg.run.name, cfg.notes, cfg.run.seed) == ("2024", "1e-5", 7)
-
-
-def test_unknown_keys_name_the_key_the_allowed_keys_and_the_closest(tmp_path: Path) -> None:
-    toml = write_toml(tmp_path, "[trainer]\nlearning_rate = 1\n")
-    with pytest.raises(ConfigError) as info:
-        load_config(Example, toml, ["--trainer.batchsize", "4", "--rn.name", "x"])
-    message = str(info.value)
-    assert f"trainer.learning_rate (in {toml}): unknown key" in message
-    assert "trainer.batchsize (from --trainer.batchsize): unknown key; did you mean trainer.batch_size?" in message
-    assert "Allowed under 'trainer': lr, batch_size, optimizer, precision, betas" in message
+    default = RunConfig()
+    assert cfg.inference.limits.max_concurrent_episodes == 256
     assert (
-        "rn (from --rn.name): unknown key; did you mean run? Allowed at the top level: run, trainer, notes" in message
+        cfg.inference.limits.max_total_tokens
+        == default.inference.limits.max_total_tokens
+        <= cfg.inference.max_model_len
     )
-    assert "3 problems" in message
+    assert cfg.inference.sampling.max_tokens_per_turn == default.inference.sampling.max_tokens_per_turn
 
 
-def test_bad_values_name_the_key_and_the_allowed_values(tmp_path: Path) -> None:
-    toml = write_toml(tmp_path, '[trainer]\noptimizer = "adam"\n')
-    with pytest.raises(ConfigError) as info:
-        load_config(
-            Example, toml, ["--trainer.precision", "fp16", "--trainer.lr", "-1", "--trainer.batch_size", "many"]
-        )
-    message = str(info.value)
-    assert f"trainer.optimizer (in {toml}): got 'adam'; allowed values: 'adamw', 'sgd'" in message
-    assert "trainer.precision (from --trainer.precision): got 'fp16'; allowed values: 'fp32', 'bf16'" in message
-    assert "trainer.lr (from --trainer.lr): Input should be greater than 0 (got -1)" in message
-    assert "trainer.batch_size (from --trainer.batch_size): Input should be a valid integer" in message
+def test_retention_keeps_at_least_the_versions_rollouts_may_use() -> None:
+    from flows.config import RunConfig
+
+    assert RunConfig(rl={"async_level": 2}).retention.last(2) == 3
+    with pytest.raises(ValueError, match=r"retention.keep_last \(1\) is below rl.async_level \+ 1 \(3\)"):
+        RunConfig(rl={"async_level": 2}, retention={"keep_last": 1})
 
 
-def test_malformed_overrides_and_files_say_how_to_fix_them(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="override --trainer.lr has no value: write --trainer.lr VALUE"):
-        load_config(Example, None, ["--trainer.lr"])
-    with pytest.raises(ConfigError, match="override --trainer.lr has no value"):
-        load_config(Example, None, ["--trainer.lr", "--run.seed", "1"])
-    with pytest.raises(ConfigError, match="override 'lr' is not an option: write overrides as --section.key VALUE"):
-        load_config(Example, None, ["lr", "1"])
-    with pytest.raises(ConfigError, match=r"override --trainer\.lr\.x: trainer\.lr is a value, not a section"):
-        load_config(Example, None, ["--trainer.lr", "1", "--trainer.lr.x", "2"])
-    with pytest.raises(ConfigError, match="config file .*missing.toml does not exist"):
-        load_config(Example, tmp_path / "missing.toml", [])
-    with pytest.raises(ConfigError, match="is not valid TOML .*line 1"):
-        load_config(Example, write_toml(tmp_path, "[trainer\nlr = 1\n"), [])
+def test_top_p_below_one_is_refused_for_rl_but_not_for_plain_inference() -> None:
+    from engines.inference.config import InferenceConfig
+
+    with pytest.raises(ValueError, match=r"inference\.sampling\.top_p = 0\.9: .*importance ratios.*use top_p = 1\.0"):
+        RunConfig(inference={"sampling": {"top_p": 0.9}})
+    assert RunConfig(inference={"sampling": {"top_p": 1.0}}).inference.sampling.top_p == 1.0
+    # Evaluation and benchmarks sample through InferenceConfig itself, where a nucleus is fine.
+    assert InferenceConfig(model_dir="m", sampling={"top_p": 0.9}).sampling.top_p == 0.9
+
+
+def test_inference_model_dir_is_refused_as_the_run_fills_it() -> None:
+    with pytest.raises(ValueError, match=r"inference\.model_dir = '/my/model': .*set model\.path"):
+        RunConfig(inference={"model_dir": "/my/model"})
+    assert RunConfig().inference.model_dir == ""
+
+
+@pytest.mark.parametrize(
+    ("section", "named"),
+    [
+        ({"model": {"tiny": {"num_layers": 2}}}, "model.tiny.num_layers"),
+        ({"trainer": {"sft": {"max_steps": 10}}}, "trainer.sft.max_steps"),
+        ({"trainer": {"sft": {"lr": 1e-3, "batch_size": 8}}}, "trainer.sft.lr"),
+    ],
+)
+def test_tiny_model_settings_are_refused_with_a_model_path(section: dict, named: str) -> None:
+    RunConfig(**section)  # the tiny model reads them
+    hub = {"path": "Qwen/Qwen3-30B-A3B"}
+    key = re.escape(named)
+    with pytest.raises(ValueError, match=rf"{key} = .*only to the tiny model.*unset model\.path"):
+        RunConfig(**{**section, "model": {**section.get("model", {}), **hub}})
+    assert RunConfig(model=hub).model.path == hub["path"]  # the defaults pass

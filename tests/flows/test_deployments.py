@@ -284,8 +284,8 @@ def test_nightly_evaluation_evaluates_the_newest_runs_newest_weights(prefect, la
 
 
 def test_evaluation_refuses_a_run_without_weights(prefect, tmp_path):
+    from flows.config import RunConfig
     from flows.provenance import start_record
-    from flows.run_config import RunConfig
 
     root = tmp_path / "lake"
     config = RunConfig(run="unstarted", storage={"root": str(root)})

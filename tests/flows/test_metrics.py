@@ -9,9 +9,9 @@ from pathlib import Path
 
 from tensorboardX.proto.event_pb2 import Event
 
-from flows.config import load_config
+from flows.config import RunConfig
+from flows.config_loader import load_config
 from flows.metrics import SinkGroup, TensorBoardSink, metrics_sink
-from flows.run_config import RunConfig
 
 
 def read_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:

@@ -28,10 +28,10 @@ from engines.inference import disaggregation, launch
 from engines.inference.config import ClusterOptions, InferenceConfig
 from engines.trainer.config import SFTCommandConfig
 from engines.trainer.lane import LaneConfig
-from flows.config import _model_of
+from flows.config import RunConfig
+from flows.config_loader import _model_of
 from flows.lanes_config import LanesConfig
 from flows.replay_config import ReplayTrainConfig, RescoreConfig
-from flows.run_config import RunConfig
 
 pytestmark = pytest.mark.cluster
 

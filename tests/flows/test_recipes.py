@@ -11,9 +11,9 @@ import torch
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.config import ConfigError, load_config
+from flows.config import RunConfig
 from flows.config_help import config_keys
-from flows.run_config import RunConfig
+from flows.config_loader import ConfigError, load_config
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"))
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from flows.config import RunConfig
 from flows.provenance import start_record
 from flows.replay_config import RescoreConfig
 from flows.replay_source import require_weights, resolve_run
-from flows.run_config import RunConfig
 from storage import checkpoints, runs
 from storage.fs import open_store
 

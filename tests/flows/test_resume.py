@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.config import load_config
+from flows.config import RunConfig
+from flows.config_loader import load_config
 from flows.provenance import start_record
 from flows.resume import ConfigChangedError, check_resume
-from flows.run_config import RunConfig
 from storage import runs
 from storage.fs import open_store
 

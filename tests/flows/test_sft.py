@@ -8,8 +8,8 @@ import pytest
 
 from engines.env.micro import generate_micro_tasks
 from engines.trainer.warm_start_cache import warm_start_key
-from flows.config import load_config
-from flows.run_config import RunConfig
+from flows.config import RunConfig
+from flows.config_loader import load_config
 from flows.sft import cache_inputs
 
 TRAIN = generate_micro_tasks(6, seed=0)

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from flows.config import load_config
+from flows.config import RunConfig
+from flows.config_loader import load_config
 from flows.metrics import MetricsConfig, metric_name
-from flows.run_config import RunConfig
 from flows.trackers import EVALUATION_TABLE
 from storage.fs import open_store
 from storage.query import connect

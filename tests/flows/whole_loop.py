@@ -86,8 +86,8 @@ TOLERANCES = (
 
 
 def run_config(root: str) -> Any:
-    from flows.config import load_config
-    from flows.run_config import RunConfig
+    from flows.config import RunConfig
+    from flows.config_loader import load_config
 
     return load_config(RunConfig, None, ["--storage.root", root, *OVERRIDES])
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from engines.model.hub import is_hub_id
-from flows.config import ConfigError, load_config
-from flows.run_config import RunConfig
+from flows.config import RunConfig
+from flows.config_loader import ConfigError, load_config
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
