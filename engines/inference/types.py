@@ -17,8 +17,9 @@ FinishReason = Literal["submitted", "max_turns", "max_tokens", "timeout", "error
 KvRole = Literal["kv_producer", "kv_consumer"]  # a prefill (producer) or decode (consumer) server's KV role
 
 
-class StepResult(Protocol):
-    """What an environment step returns (attributes only)."""
+class Observation(Protocol):
+    """What the agent reads of an environment step's result (engines/env/types.py
+    StepResult has these and more)."""
 
     observation: str
     done: bool
@@ -30,7 +31,7 @@ class EpisodeEnv(Protocol):
 
     def prompt(self) -> str: ...
 
-    def step(self, action_text: str) -> StepResult: ...
+    def step(self, action_text: str) -> Observation: ...
 
     def patch(self) -> str: ...
 
