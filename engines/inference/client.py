@@ -5,7 +5,9 @@ read as ids (`return_token_ids`) with the logprob of each sampled id (`logprobs=
 no text round trip, no re-tokenisation drift between turns.
 
 Owns: the request body, parsing the reply, timeouts, bounded retries of transient
-failures. Does not choose servers (`routing.py`) or restart them (`server_fleet.py`).
+failures. Below it, one small function per other vLLM route the pool uses (health,
+pause and resume, weight reloads and checks). Does not choose servers
+(`server_pool.py`) or restart them (`server_fleet.py`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Owns: finding the vLLM interpreter (TANDEM_VLLM_PYTHON, set by scripts/setup.sh),
 telling the CPU build from the GPU build, turning `InferenceConfig` into vLLM flags,
-and refusing at start-up what the installed build cannot run. Does not start or
+and refusing at start-up what the installed build cannot run; the cluster-layout
+flags (FP8, tensor / data / expert parallel, nodes joining a head). Does not start or
 watch processes (`server_process.py`).
 """
 

@@ -10,23 +10,22 @@ weights (`weight_update.py`). `ServerSlot` is one server as the pool sees it.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from engines.inference.types import KvRole
-
 import functools
 import os
 import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from engines.lifetime import exit_with_parent, stop_group
+
+if TYPE_CHECKING:
+    from engines.inference.types import KvRole
 
 
 class ServerStartError(RuntimeError):
@@ -114,7 +113,7 @@ class LocalServer:
 
 
 # ---- one server as the pool sees it ------------------------------------------
-# Plain data of the pool: one server as the pool sees it, and the weights all servers should serve.
+# Plain data: what the pool, the fleet and the weight updater know of one server.
 
 
 @dataclass(eq=False)
