@@ -361,6 +361,7 @@ OWNED_FLAGS: dict[str, str] = {
     "--logprobs-mode": "(fixed: processed_logprobs, what the trainer recomputes)",
     "--enable-prefix-caching": "(fixed: on, turns of an episode share their prefix)",
     "--no-enable-prefix-caching": "(fixed: on, turns of an episode share their prefix)",
+    "--uvicorn-log-level": "(fixed: warning, so a server's log holds its engine's lines)",
 }
 
 

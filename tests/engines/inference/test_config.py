@@ -91,6 +91,31 @@ def test_pass_through_server_args_may_not_repeat_configured_flags() -> None:
 
 
 @pytest.mark.cluster
+def test_every_flag_the_launcher_writes_is_refused_as_a_pass_through() -> None:
+    """The pass-through check's table (config.OWNED_FLAGS) covers the launcher's whole
+    command line: a flag it writes and the table misses would be silently repeated."""
+    from engines.inference.config import OWNED_FLAGS
+
+    cluster = {
+        "tensor_parallel_size": 2,
+        "data_parallel_size": 4,
+        "data_parallel_size_local": 2,
+        "data_parallel_address": "10.0.0.1",
+        "data_parallel_rpc_port": 13345,
+        "expert_parallel": True,
+        "all2all_backend": "deepep_low_latency",
+        "routed_expert_capture": True,
+        "fp8": "quantize",
+        "disaggregation": {"kv_connector": "NixlConnector"},
+    }
+    cfg = InferenceConfig(model_dir="m", kv_cache_gb=1, cluster=cluster)
+    argv = launch.server_command(cfg, "py", 8000, cpu_build=False, kv_role="kv_producer", kv_path="/kv")
+    written = {a.split("=", 1)[0] for a in argv[3:] if a.startswith("-")}
+    assert "--kv-transfer-config" in written and "--data-parallel-rpc-port" in written
+    assert written <= OWNED_FLAGS.keys(), sorted(written - OWNED_FLAGS.keys())
+
+
+@pytest.mark.cluster
 def test_wide_expert_parallel_across_nodes() -> None:
     from engines.inference import launch
 
