@@ -85,6 +85,7 @@ def tiny_config(family: str, vocab_size: int = 256) -> PretrainedConfig:
         # topk_method as DeepSeek-V3's own config.json states it: vLLM creates the
         # router's correction bias only for "noaux_tc". MLA's latent width as DeepSeek-V3's
         # (kv_lora_rank 512 + rope 64 = 576): the only one vLLM's CPU MLA kernel compiles.
+        # qk_nope_head_dim 32: vLLM's AMX MLA backend packs W_UK in 32-wide tiles.
         return DeepseekV3Config(
             **c,
             **routed,
@@ -92,7 +93,7 @@ def tiny_config(family: str, vocab_size: int = 256) -> PretrainedConfig:
             q_lora_rank=32,
             kv_lora_rank=512,
             qk_rope_head_dim=64,
-            qk_nope_head_dim=16,
+            qk_nope_head_dim=32,
             v_head_dim=32,
         )
     if family == "gpt_oss":

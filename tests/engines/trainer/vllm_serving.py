@@ -22,6 +22,7 @@ def served_greedy_logprobs(
     max_model_len: int,
     log_dir: Path,
     startup_timeout_s: float = 300.0,
+    dtype: str = "float32",  # 'auto' would serve float32 weights as bfloat16 on the CPU build
 ) -> tuple[list[int], list[float]]:
     """Greedy tokens after `prompt_ids` and their served logprobs, from one local vLLM
     server on `model_dir` (its log: `log_dir/server-0.log`). Raises ServerStartError
@@ -29,7 +30,7 @@ def served_greedy_logprobs(
     cfg = InferenceConfig(
         model_dir=model_dir,
         max_model_len=max_model_len,
-        dtype="float32",  # 'auto' would serve float32 weights as bfloat16 on the CPU build
+        dtype=dtype,
         limits=EpisodeLimits(max_total_tokens=max_model_len),
         sampling=SamplingConfig(max_tokens_per_turn=max_tokens),
         startup_timeout_s=startup_timeout_s,
