@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CHATML_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n# Tools\n<tools>\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}"
+    '</tools>\nCall a tool as <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call><|im_end|>\n{% endif %}'
     "{% for m in messages %}"
     "{% if m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
     "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
