@@ -216,7 +216,8 @@ class InferenceConfig(BaseModel):
     tool_format: Literal["text", "hermes"] = Field(
         "text",
         description="The action language: 'text' commands (engines/protocol.py) or 'hermes' JSON tool calls "
-        "(<tool_call>{...}</tool_call>, engines/tool_calls.py) with the tool schemas passed to the chat template.",
+        "(<tool_call>{...}</tool_call>, engines/tool_calls.py: schemas, parser, renderer); 'hermes' needs a chat "
+        "template with a tools section. The agent loop and the environment parse text actions only so far.",
     )
     max_model_len: int = Field(1024, ge=16, description="Context length of each server in tokens (prompt + all turns).")
     kv_cache_gb: float = Field(
