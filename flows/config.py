@@ -21,6 +21,7 @@ from engines.env.micro import DemonstrationKind, EditTool
 from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingConfig
 from engines.model.hub import is_hub_id
 from engines.model.tiny import TinyModelConfig
+from engines.tool_calls import template_supports_tools
 from engines.trainer.config import SFTConfig, TrainerConfig
 from flows.lanes_config import LanesConfig
 from flows.metrics import MetricsConfig
@@ -346,6 +347,8 @@ class RunConfig(BaseModel):
             )
         if path:
             self._check_tiny_only()
+        if self.inference.tool_format == "hermes":
+            self._check_tool_calls()
         if self.tasks.kind == "corpus" and not path:
             raise ValueError(
                 "model.path: required when tasks.kind = 'corpus' (the tiny warm start learns from micro-task "
@@ -380,6 +383,21 @@ class RunConfig(BaseModel):
                 f"eval.tasks ({self.eval.tasks}) exceeds tasks.heldout_tasks ({self.tasks.heldout_tasks}): lower one or raise the other"
             )
         return self
+
+    def _check_tool_calls(self) -> None:
+        """Native tool calls need a chat template that lists tools: never the tiny model's own."""
+        path = self.model.path
+        if not path:
+            raise ValueError(
+                "inference.tool_format = 'hermes': the tiny model's chat template has no tools section and its warm "
+                "start teaches the text actions; set tool_format = 'text', or model.path to a model whose template lists tools"
+            )
+        if os.path.isdir(path) and template_supports_tools(path) is False:
+            raise ValueError(
+                f"inference.tool_format = 'hermes': the chat template of model.path ({path!r}) never references "
+                "`tools`, so the tool schemas would not reach the model; set tool_format = 'text' or use a template "
+                "with a tools section"
+            )
 
     def _check_tiny_only(self) -> None:
         """model.tiny and trainer.sft shape and warm-start the tiny model made when model.path is unset;

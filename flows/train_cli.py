@@ -32,6 +32,14 @@ def sft_command(
     ],
     out: Annotated[Path, typer.Option("--out", help="Folder for the fine-tuned weights (Hugging Face layout).")],
     config: Annotated[Path | None, typer.Option("--config", help="TOML file with the trainer keys SFT reads.")] = None,
+    tool_format: Annotated[
+        str,
+        typer.Option(
+            "--tool-format",
+            help="The action language the run will ask for (its inference.tool_format): 'text', or 'hermes' to "
+            "train assistant turns as JSON tool calls with the tools in the template.",
+        ),
+    ] = "text",
 ) -> None:
     """Supervised fine-tuning of a given model on your demonstrations; extra `--key value` pairs set the trainer
     keys SFT reads (`--sft.lr`, `--sft.max_steps`, `--seq_len`, ...)."""
@@ -40,12 +48,15 @@ def sft_command(
     from engines.trainer.demos import load_conversations
     from engines.trainer.sft import sft
 
+    if tool_format not in ("text", "hermes"):
+        raise typer.BadParameter(f"{tool_format!r}: use 'text' or 'hermes'", param_hint="--tool-format")
     with user_errors(ConfigError, ValueError, FileNotFoundError):
         cfg = load_config(SFTCommandConfig, config, list(ctx.args)).trainer()
         conversations = load_conversations(data)
         model_dir = resolve_model(model)
     typer.echo(f"[sft] {len(conversations)} conversations from {data}; model {model_dir}")
-    path = sft(model_dir, conversations, str(out), cfg, log=typer.echo)
+    with user_errors(ValueError):
+        path = sft(model_dir, conversations, str(out), cfg, log=typer.echo, tool_format=tool_format)
     typer.echo(f"[sft] weights written to {path}")
 
 

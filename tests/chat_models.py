@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CHATML_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n# Tools\n<tools>\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}"
+    '</tools>\nCall a tool as <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call><|im_end|>\n{% endif %}'
     "{% for m in messages %}"
     "{% if m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
     "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
@@ -71,12 +73,17 @@ FAMILIES: dict[str, TemplateFamily] = {
 
 
 def _texts() -> list[str]:
+    import json
+
     from engines.env.micro import generate_micro_tasks
-    from engines.model.chat_format import SYSTEM_PROMPT
+    from engines.model.chat_format import SYSTEM_PROMPT, TOOL_CALL_SYSTEM_PROMPT
+    from engines.tool_calls import TOOL_SCHEMAS
 
     problems = [t.problem_statement for t in generate_micro_tasks(30, seed=5)]
     words = ["view m.py\n", "edit m.py 3\n    return x - 1\n", "submit", "test", "FAILED test_m.py::test_add\n"]
-    return [SYSTEM_PROMPT, *problems, *words] * 20
+    # The tool schemas as the ChatML template lists them, so a prompt with tools fits 512 positions.
+    tools = [TOOL_CALL_SYSTEM_PROMPT, *(json.dumps(t) for t in TOOL_SCHEMAS)]
+    return [SYSTEM_PROMPT, *tools, *problems, *words] * 20
 
 
 def build_chat_model(name: str, out: Path) -> Path:
@@ -90,6 +97,8 @@ def build_chat_model(name: str, out: Path) -> Path:
         _texts(), 1024, spec.special_tokens, spec.template, eos_token=spec.eos, pad_token=spec.pad, bos_token=spec.bos
     )
     model = build_tiny(spec.family, vocab_size=len(tok), seed=1)
+    # Room for a prompt that lists the tool schemas (about 650 tokens); default rope has no table to resize.
+    model.config.max_position_embeddings = 1024
     model.generation_config.eos_token_id = [tok.convert_tokens_to_ids(t) for t in spec.generation_eos]
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.bos_token_id = tok.bos_token_id

@@ -18,9 +18,12 @@ conversation. With the tiny tokenizer that is
 `<|user|>PROBLEM<|end|><|assistant|>ACTION<|end|><|tool|>OBSERVATION<|end|><|assistant|>...`.
 
 Owns: turn, token and wall-time limits, a finish reason for every episode, the bound
-on concurrent episodes, and turning failures into marked episodes. Tool-call parsing
-and execution belong to the environment (malformed text becomes an error
-observation there). Environment methods block: they run in threads.
+on concurrent episodes, and turning failures into marked episodes. Parsing text
+actions and executing them belong to the environment (malformed text becomes an error
+observation there). With `inference.tool_format = "hermes"` the template lists the
+tools and each turn's tool call is read here (engines/tool_calls.py) and handed on as
+its text action; a malformed call becomes the error observation without a step.
+Environment methods block: they run in threads.
 
 Invariant: every requested episode comes back, either finished by the model or the
 limits, or marked with finish_reason "error" and a message (infra_failure when a
@@ -47,12 +50,22 @@ from transformers import PreTrainedTokenizerBase
 from engines.inference.client import RequestRejected, ServerUnavailable
 from engines.inference.config import InferenceConfig
 from engines.inference.server_pool import ServerPool
-from engines.inference.types import Episode, EpisodeEnv, FinishReason, SamplingParams
+from engines.inference.types import Episode, EpisodeEnv, FinishReason, Observation, SamplingParams
 from engines.model.chat_format import ChatFormat, Message
+from engines.protocol import InvalidAction
+from engines.tool_calls import TOOL_SCHEMAS, protocol_text
 
 log = logging.getLogger(__name__)
 
 TRUNCATED = "\n[... output truncated]"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The observation of a malformed tool call (an `Observation` the environment never made)."""
+
+    observation: str
+    done: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,7 +95,8 @@ class AgentLoop:
         self.cfg = cfg
         self.limits = cfg.limits
         # The served model's framing; its generation config (eos ids) sits beside the weights.
-        self.chat = chat or ChatFormat.from_tokenizer(tokenizer, cfg.model_dir or None)
+        tools = TOOL_SCHEMAS if cfg.tool_format == "hermes" else None
+        self.chat = chat or ChatFormat.from_tokenizer(tokenizer, cfg.model_dir or None, tools=tools)
         self.allowed_token_ids = tuple(allowed_token_ids) if allowed_token_ids is not None else None
         # One thread per episode in flight: environment calls block (a `test` waits for a
         # grading sandbox), and asyncio's default pool (cores + 4 threads) let a few
@@ -178,7 +192,7 @@ class AgentLoop:
             closed_by = turn.token_ids[-1] if turn.token_ids and turn.token_ids[-1] in self.chat.stop_ids else None
             action = self.decode(turn.token_ids[:-1] if closed_by is not None else turn.token_ids)
             messages.append({"role": "assistant", "content": action})
-            result = await self._in_thread(env.step, action)
+            result = await self._step(env, action)
             if result.done:
                 return "submitted"
             tool_message = {"role": "tool", "content": self._cut(result.observation)}
@@ -189,6 +203,15 @@ class AgentLoop:
             ep.completion_ids += observation
             ep.loss_mask += [False] * len(observation)
             ep.completion_logprobs += [0.0] * len(observation)
+
+    async def _step(self, env: EpisodeEnv, text: str) -> Observation:
+        """The environment's answer to a model turn (a tool call goes to it as its text action)."""
+        if self.cfg.tool_format == "text":
+            return await self._in_thread(env.step, text)
+        action = protocol_text(text)
+        if isinstance(action, InvalidAction):
+            return Refused(f"error: {action.message}")
+        return await self._in_thread(env.step, action)
 
     def _params(self, max_tokens: int, seed: int | None, turn: int) -> SamplingParams:
         s = self.cfg.sampling

@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engines.tool_calls import template_supports_tools
+
 # KV connectors registered by vLLM 0.32 (vllm/distributed/kv_transfer/kv_connector/factory.py)
 # that move KV blocks from a prefill server to a decode server. ExampleConnector goes
 # through files on a shared path and is the one the CPU build runs.
@@ -210,6 +212,12 @@ class InferenceConfig(BaseModel):
         0, ge=0, le=65535, description="First port of local servers (then +1 each); 0 picks free ports."
     )
     served_model_name: str = Field("policy", description="Model name the servers answer to.")
+    tool_format: Literal["text", "hermes"] = Field(
+        "text",
+        description="The action language: 'text' commands (engines/protocol.py) or 'hermes' JSON tool calls "
+        "(<tool_call>{...}</tool_call>, engines/tool_calls.py), the schemas given to the chat template as `tools` "
+        "and each call parsed by the agent loop; 'hermes' needs a chat template with a tools section.",
+    )
     max_model_len: int = Field(1024, ge=16, description="Context length of each server in tokens (prompt + all turns).")
     kv_cache_gb: float = Field(
         1.0,
@@ -283,6 +291,12 @@ class InferenceConfig(BaseModel):
         if self.sampling.max_tokens_per_turn >= self.max_model_len:
             raise ValueError(
                 f"sampling.max_tokens_per_turn ({self.sampling.max_tokens_per_turn}) must be below max_model_len ({self.max_model_len})"
+            )
+        if self.tool_format == "hermes" and template_supports_tools(self.model_dir) is False:
+            raise ValueError(
+                f"tool_format='hermes': the chat template in {self.model_dir} never references "
+                "`tools`, so the tool schemas would not reach the model: use a template with a tools section "
+                "(as Qwen/Hermes templates have) or set tool_format = 'text'"
             )
         for url in self.server_urls:
             if not url.startswith(("http://", "https://")):

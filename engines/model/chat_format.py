@@ -24,10 +24,11 @@ after the marker is the continuation. The template thus decides everything it
 decides for a real conversation (roles, separators, headers, what a tool turn looks
 like after an assistant turn), and only the text behind the model is taken from it.
 
-Owns: rendering, the end-of-turn and stop ids, the system prompt stating the action
-language for models never trained on it, and SFT's ids and loss mask of a whole
-conversation (the same pieces the agent loop produces). Does not own the action
-language itself (engines/protocol.py) or sampling.
+Owns: rendering (with the tool schemas, for native tool calls), the end-of-turn and
+stop ids, the system prompt stating the action language for models never trained on
+it, and SFT's ids and loss mask of a whole conversation (the same pieces the agent loop
+produces). Does not own the action language itself (engines/protocol.py,
+engines/tool_calls.py) or sampling.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ test                    run the task's visible tests
 submit                  end the episode; your changes are graded
 Write nothing but the action."""
 
+# The same for native tool calls (inference.tool_format = "hermes"): the tools themselves
+# reach the model through the template's tools section.
+TOOL_CALL_SYSTEM_PROMPT = """You fix a bug in a repository. Each of your turns is exactly one call of one of the tools you are given: view a file, edit a line, replace or change text, run bash, run the tests, or submit when the tests pass. Write nothing but the call."""
+
 Render = Callable[[list[Message], bool], str]
 
 
@@ -80,10 +85,13 @@ class ChatFormat:
         tokenizer: PreTrainedTokenizerBase,
         model_dir: str | Path | None = None,
         system_prompt: str | None | bool = True,
+        tools: Sequence[dict] | None = None,
     ) -> ChatFormat:
         """The format of `tokenizer`'s chat template; eos ids also from `model_dir`'s
-        generation_config.json when there is one. `system_prompt=True` chooses: none for
-        this project's own template (its models learn the protocol by SFT), SYSTEM_PROMPT
+        generation_config.json when there is one. `tools` (JSON schemas, as
+        engines/tool_calls.py's) go to every rendering; the template must show them.
+        `system_prompt=True` chooses: none for this project's own template (its models
+        learn the protocol by SFT), TOOL_CALL_SYSTEM_PROMPT with tools, SYSTEM_PROMPT
         otherwise; a string or None sets it."""
         template = tokenizer.chat_template
         if not template:
@@ -92,12 +100,23 @@ class ChatFormat:
                 "tokenizer.chat_template (tokenizer_config.json / chat_template.jinja) before training or serving it"
             )
         own = template == CHAT_TEMPLATE
+        if own and tools:
+            raise ValueError(
+                "inference.tool_format = 'hermes': this project's own chat template has no tools section; "
+                "use tool_format = 'text' with it, or a model whose template lists tools"
+            )
         if own:
             render: Render = lambda messages, gen: render_messages(messages, gen)  # noqa: E731  (tested twin)
         else:
-            render = _jinja_render(tokenizer)
+            render = _jinja_render(tokenizer, tools)
+            if tools and render(_PROBE, True) == _jinja_render(tokenizer, None)(_PROBE, True):
+                raise ValueError(
+                    f"inference.tool_format = 'hermes': the chat template of {tokenizer.name_or_path!r} does not "
+                    "render the tools it is given, so the model would never see them; use tool_format = 'text' "
+                    "or a template with a tools section"
+                )
         if system_prompt is True:
-            system_prompt = None if own else SYSTEM_PROMPT
+            system_prompt = None if own else TOOL_CALL_SYSTEM_PROMPT if tools else SYSTEM_PROMPT
         eos = _model_eos_ids(tokenizer, model_dir)
         end_text, end_id = _end_of_turn(tokenizer, render)
         stops = tuple(dict.fromkeys((end_id, *eos)))
@@ -183,9 +202,16 @@ class ChatFormat:
         return [{"role": m["role"], "content": str(m.get("content") or "")} for m in messages]
 
 
-def _jinja_render(tokenizer: PreTrainedTokenizerBase) -> Render:
+_PROBE: list[Message] = [{"role": "user", "content": "u"}]
+
+
+def _jinja_render(tokenizer: PreTrainedTokenizerBase, tools: Sequence[dict] | None) -> Render:
+    tools = list(tools) if tools else None
+
     def render(messages: list[Message], add_generation_prompt: bool) -> str:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return tokenizer.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
 
     return render
 

@@ -103,3 +103,16 @@ def test_tiny_model_settings_are_refused_with_a_model_path(section: dict, named:
     with pytest.raises(ValueError, match=rf"{key} = .*only to the tiny model.*unset model\.path"):
         RunConfig(**{**section, "model": {**section.get("model", {}), **hub}})
     assert RunConfig(model=hub).model.path == hub["path"]  # the defaults pass
+
+
+@pytest.mark.chat_template
+def test_native_tool_calls_need_a_model_whose_template_lists_tools(tmp_path) -> None:
+    from tests.chat_models import build_chat_model
+
+    with pytest.raises(ValueError, match=r"inference\.tool_format = 'hermes': the tiny model's chat template"):
+        RunConfig(inference={"tool_format": "hermes"})
+    llama3 = build_chat_model("llama3", tmp_path / "llama3")
+    with pytest.raises(ValueError, match=r"inference\.tool_format = 'hermes': the chat template of model\.path"):
+        RunConfig(model={"path": str(llama3)}, inference={"tool_format": "hermes"})
+    chatml = build_chat_model("chatml", tmp_path / "chatml")
+    assert RunConfig(model={"path": str(chatml)}, inference={"tool_format": "hermes"}).inference.tool_format == "hermes"

@@ -1,6 +1,7 @@
 """`tandem sft` on models of two other chat-template families (tests/chat_models.py):
 the demonstrations are rendered in the model's own template, the loss falls on the
-assistant turns, and the fine-tuned folder keeps the template for serving."""
+assistant turns, and the fine-tuned folder keeps the template for serving. With
+`--tool-format hermes` the template lists the tools and the turns are learned as calls."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typer.testing import CliRunner
 
 from engines.model.chat_format import ChatFormat
 from engines.model.load import load_tokenizer
+from engines.protocol import Action
+from engines.tool_calls import TOOL_SCHEMAS, as_tool_calls, render_tool_call
 from flows.cli import app
 from tests.chat_models import FAMILIES, build_chat_model
 
@@ -48,3 +51,27 @@ def test_tandem_sft_trains_in_the_models_own_template(name: str, tmp_path: Path)
     end = FAMILIES[name].end_of_turn
     learned = tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
     assert learned == f"edit m.py 2\n    return a + b{end}submit{end}"
+
+
+def test_tandem_sft_with_tool_calls_trains_the_calls_with_the_tools_listed(tmp_path: Path) -> None:
+    model_dir = build_chat_model("chatml", tmp_path / "chatml")
+    data = tmp_path / "demos.jsonl"
+    data.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS))
+    out = tmp_path / "sft"
+    args = ["sft", "--model", str(model_dir), "--data", str(data), "--out", str(out), "--seq_len", "1024"]
+    args += ["--sft.max_steps", "20", "--sft.batch_size", "8", "--sft.log_every", "10", "--tool-format", "hermes"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    chat = ChatFormat.from_tokenizer(load_tokenizer(out), out, tools=TOOL_SCHEMAS)
+    ids, mask = chat.conversation(as_tool_calls(CONVERSATIONS[0]))
+    assert '"name": "submit"' in chat.tokenizer.decode(ids[:-20])  # the tools were in the prompt it learned from
+    learned = chat.tokenizer.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
+    edit = Action("edit", path="m.py", line=2, body="    return a + b")
+    assert learned == f"{render_tool_call(edit)}<|im_end|>{render_tool_call(Action('submit'))}<|im_end|>"
+    # A template that would not show the tools is refused before any step.
+    llama3 = build_chat_model("llama3", tmp_path / "llama3")
+    args = ["sft", "--model", str(llama3), "--data", str(data), "--out", str(tmp_path / "x"), "--tool-format", "hermes"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1 and "does not render the tools it is given" in result.output, result.output
+    bad = CliRunner().invoke(app, [*args[:-1], "json"])
+    assert bad.exit_code != 0 and "--tool-format" in bad.output, bad.output

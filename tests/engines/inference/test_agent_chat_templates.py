@@ -6,7 +6,9 @@ Checked: each turn's request extends the previous one by exactly the completion 
 observation ids; the ids decode to the template's rendering of the conversation; the
 served logprobs equal transformers' on the same files within 1e-3; generation stops
 at the template's end-of-turn token (for the Llama-3 family the server learns it only
-from the chat format's stop ids)."""
+from the chat format's stop ids); with native tool calls the prompt lists the tools, a
+call reaches the environment as its text action and a malformed one is answered with
+the error, ids exact throughout."""
 
 from __future__ import annotations
 
@@ -20,8 +22,10 @@ import pytest
 
 from engines.inference.agent import AgentLoop, EpisodeRequest
 from engines.inference.server_pool import ServerPool
-from engines.model.chat_format import ChatFormat
+from engines.model.chat_format import TOOL_CALL_SYSTEM_PROMPT, ChatFormat
 from engines.model.load import load_tokenizer
+from engines.protocol import Action
+from engines.tool_calls import TOOL_SCHEMAS, render_tool_call
 from tests.chat_models import FAMILIES, build_chat_model
 from tests.engines.inference.conftest import small_config
 from tests.engines.trainer.vllm_serving import transformers_logprobs
@@ -71,10 +75,10 @@ class RecordingPool:
         self.pool.release_session(session)
 
 
-def config(model_dir: Path) -> Any:
-    """The suite's small server, within the test models' 512 positions."""
-    limits = {"max_turns": 4, "max_total_tokens": 480, "wall_seconds": 120}
-    return small_config(model_dir, max_model_len=512, limits=limits)
+def config(model_dir: Path, max_total_tokens: int = 480, **overrides: Any) -> Any:
+    """The suite's small server, within the test models' 1024 positions."""
+    limits = {"max_turns": 4, "max_total_tokens": max_total_tokens, "wall_seconds": 120}
+    return small_config(model_dir, max_model_len=1024, limits=limits, **overrides)
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -149,3 +153,37 @@ def test_served_logprobs_equal_the_trainers(served: tuple) -> None:
         pairs = [(a, b) for a, b, m in zip(ep.completion_logprobs, ref, ep.loss_mask) if m]
         assert len(pairs) >= 3
         assert max(abs(a - b) for a, b in pairs) < 1e-3, pairs
+
+
+def test_native_tool_calls_are_read_by_the_loop_with_the_ids_exact(served: tuple) -> None:
+    name, model_dir, pool, loop = served
+    if name == "llama3":  # its template has no tools section
+        with pytest.raises(ValueError, match="never references `tools`"):
+            config(model_dir, tool_format="hermes")
+        return
+    cfg = config(model_dir, max_total_tokens=1000, tool_format="hermes")
+    tok = load_tokenizer(model_dir)
+    end = tok.convert_tokens_to_ids(FAMILIES[name].end_of_turn)
+    plain = [i for i in range(len(tok)) if i not in tok.all_special_ids] + [end]  # no template token mid-turn
+    agent = AgentLoop(RecordingPool(pool), tok, cfg, allowed_token_ids=plain)  # type: ignore[arg-type]
+    envs = [EchoEnv() for _ in range(2)]
+    reqs = [EpisodeRequest("t", "g", i, lambda e=e: e, seed=3 + i) for i, e in enumerate(envs)]
+    eps = loop.run_until_complete(agent.run_episodes(reqs))
+    chat = agent.chat
+    for ep, env in zip(eps, envs):
+        # A random model writes no valid call: every turn is answered with the error, no step taken.
+        assert ep.finish_reason in ("max_turns", "max_tokens") and ep.num_turns >= 2, ep.infra_message
+        assert env.actions == []
+        tool_turns = [m for m in ep.messages if m["role"] == "tool"]
+        assert tool_turns and all(m["content"].startswith("error: no tool call") for m in tool_turns)
+        assert tok.decode(ep.prompt_ids + ep.completion_ids, skip_special_tokens=False) == ep.conversation
+        rendered = tok.apply_chat_template(ep.messages, tools=TOOL_SCHEMAS, tokenize=False)
+        assert '"name": "submit"' in ep.conversation and rendered.startswith(
+            ep.conversation.rsplit("<|im_start|>", 1)[0]
+        )
+    # A well-formed call reaches the environment as the text action it stands for.
+    env = EchoEnv()
+    call = render_tool_call(Action("edit", path="m.py", line=2, body="    return a + b"))
+    result = loop.run_until_complete(agent._step(env, call))
+    assert env.actions == ["edit m.py 2\n    return a + b"] and result.observation == env.observations[0]
+    assert chat.system_prompt == TOOL_CALL_SYSTEM_PROMPT

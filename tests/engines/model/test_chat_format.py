@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from engines.model.chat_format import SYSTEM_PROMPT, ChatFormat
+from engines.model.chat_format import SYSTEM_PROMPT, TOOL_CALL_SYSTEM_PROMPT, ChatFormat
 from engines.model.load import load_tokenizer
 from engines.model.tokenizer import train_tokenizer
-from engines.protocol import ASSISTANT, END, TOOL, TOOLS, USER
+from engines.protocol import ASSISTANT, END, TOOL, TOOLS, USER, parse_action
+from engines.tool_calls import TOOL_SCHEMAS, render_tool_call
 from tests.chat_models import FAMILIES, build_chat_model
 
 ACTIONS = ["view m.py", "edit m.py 2\n    return a + b", "submit"]
@@ -158,3 +159,36 @@ def test_templates_the_loop_cannot_follow_are_refused_with_the_reason() -> None:
 def test_the_system_prompt_describes_every_tool_of_the_action_language() -> None:
     tools = SYSTEM_PROMPT.split("Tools:\n", 1)[1]
     assert all(any(line.startswith(t + " ") or line == t for line in tools.split("\n")) for t in TOOLS)
+
+
+@pytest.mark.chat_template
+def test_with_tools_the_pieces_are_the_templates_rendering_with_the_tools(tmp_path_factory) -> None:
+    model_dir = build_chat_model("chatml", tmp_path_factory.mktemp("chatml-tools"))
+    tok = load_tokenizer(model_dir)
+    chat = ChatFormat.from_tokenizer(tok, model_dir, tools=TOOL_SCHEMAS)
+    assert chat.system_prompt == TOOL_CALL_SYSTEM_PROMPT
+    calls = [render_tool_call(parse_action(a)) for a in ACTIONS]
+    messages = chat.first_messages("fix add")
+    ids = chat.prompt_ids(messages)
+    for k, call in enumerate(calls):
+        ids += chat.assistant_ids(call)
+        messages.append({"role": "assistant", "content": call})
+        if k < len(OBSERVATIONS):
+            tool = {"role": "tool", "content": OBSERVATIONS[k]}
+            ids += chat.continuation_ids(messages, [tool], chat.end_id)
+            messages.append(tool)
+    text = tok.decode(ids, skip_special_tokens=False)
+    rendered = tok.apply_chat_template(messages, tools=TOOL_SCHEMAS, tokenize=False)
+    assert rendered.startswith(text) and rendered[len(text) :] in {"", "\n"}
+    assert '"name": "submit"' in text.split("<|im_start|>user")[0]  # the tools precede the problem
+    sft_ids, _ = chat.conversation(messages[1:])
+    assert sft_ids == ids  # SFT renders the same ids with the tools
+
+
+@pytest.mark.chat_template
+def test_tools_are_refused_for_templates_that_would_not_show_them(tmp_path_factory, tiny_model_dir: Path) -> None:
+    model_dir = build_chat_model("llama3", tmp_path_factory.mktemp("llama3-tools"))
+    with pytest.raises(ValueError, match="does not render the tools it is given"):
+        ChatFormat.from_tokenizer(load_tokenizer(model_dir), model_dir, tools=TOOL_SCHEMAS)
+    with pytest.raises(ValueError, match="own chat template has no tools section"):
+        ChatFormat.from_tokenizer(load_tokenizer(tiny_model_dir), tiny_model_dir, tools=TOOL_SCHEMAS)
