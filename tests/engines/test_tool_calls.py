@@ -20,19 +20,15 @@ from engines.tool_calls import (
     template_supports_tools,
 )
 from tests.chat_models import CHATML_TEMPLATE, LLAMA3_TEMPLATE
+from tests.engines.test_protocol import ACTIONS as PROTOCOL_ACTIONS
 
 pytestmark = pytest.mark.chat_template
 
+# The protocol's own examples, and arguments JSON must escape (quotes, braces).
 ACTIONS = [
-    Action("view", path="a.py"),
-    Action("view", path="a.py", line=3, end_line=9),
-    Action("edit", path="a.py", line=2, body="    return x"),
+    *PROTOCOL_ACTIONS,
     Action("replace", path="b.py", old='print("a")', new="print('b')"),
-    Action("change", path="c.py", line=4, old="<", new="<="),
-    Action("change", path="c.py", scope="area", old="+", new="*"),
     Action("bash", body="ls -la && echo '{}'"),
-    Action("test"),
-    Action("submit"),
 ]
 
 

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from engines.model.chat_format import ChatFormat
 from engines.model.load import load_tokenizer
@@ -32,15 +32,20 @@ CONVERSATIONS = [
 ]
 
 
+def tandem_sft(model_dir: Path, out: Path, *extra: str, steps: int = 20) -> Result:
+    """`tandem sft` of `model_dir` on CONVERSATIONS into `out` for `steps` steps, with the extra options."""
+    data = out.parent / "demos.jsonl"
+    data.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS))
+    args = ["sft", "--model", str(model_dir), "--data", str(data), "--out", str(out)]
+    args += ["--sft.max_steps", str(steps), "--sft.batch_size", "8", "--sft.log_every", "10"]
+    args += ["--sft.lr", "3e-3", *extra]
+    return CliRunner().invoke(app, args)
+
+
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_tandem_sft_trains_in_the_models_own_template(name: str, tmp_path: Path) -> None:
-    model_dir = build_chat_model(name, tmp_path / name)
-    data = tmp_path / "demos.jsonl"
-    data.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS))
     out = tmp_path / "sft"
-    args = ["sft", "--model", str(model_dir), "--data", str(data), "--out", str(out), "--seq_len", "320"]
-    args += ["--sft.max_steps", "30", "--sft.batch_size", "8", "--sft.log_every", "10", "--sft.lr", "3e-3"]
-    result = CliRunner().invoke(app, args)
+    result = tandem_sft(build_chat_model(name, tmp_path / name), out, "--seq_len", "320", steps=30)
     assert result.exit_code == 0, result.output
     losses = [float(x) for x in re.findall(r"\[sft\] step \d+ loss ([0-9.]+)", result.output)]
     assert len(losses) >= 3 and losses[-1] < 0.5 * losses[0], result.output
@@ -54,13 +59,9 @@ def test_tandem_sft_trains_in_the_models_own_template(name: str, tmp_path: Path)
 
 
 def test_tandem_sft_with_tool_calls_trains_the_calls_with_the_tools_listed(tmp_path: Path) -> None:
-    model_dir = build_chat_model("chatml", tmp_path / "chatml")
-    data = tmp_path / "demos.jsonl"
-    data.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS))
     out = tmp_path / "sft"
-    args = ["sft", "--model", str(model_dir), "--data", str(data), "--out", str(out), "--seq_len", "1024"]
-    args += ["--sft.max_steps", "20", "--sft.batch_size", "8", "--sft.log_every", "10", "--tool-format", "hermes"]
-    result = CliRunner().invoke(app, args)
+    hermes = ("--tool-format", "hermes")
+    result = tandem_sft(build_chat_model("chatml", tmp_path / "chatml"), out, "--seq_len", "1024", *hermes)
     assert result.exit_code == 0, result.output
     chat = ChatFormat.from_tokenizer(load_tokenizer(out), out, tools=TOOL_SCHEMAS)
     ids, mask = chat.conversation(as_tool_calls(CONVERSATIONS[0]))
@@ -70,8 +71,7 @@ def test_tandem_sft_with_tool_calls_trains_the_calls_with_the_tools_listed(tmp_p
     assert learned == f"{render_tool_call(edit)}<|im_end|>{render_tool_call(Action('submit'))}<|im_end|>"
     # A template that would not show the tools is refused before any step.
     llama3 = build_chat_model("llama3", tmp_path / "llama3")
-    args = ["sft", "--model", str(llama3), "--data", str(data), "--out", str(tmp_path / "x"), "--tool-format", "hermes"]
-    result = CliRunner().invoke(app, args)
+    result = tandem_sft(llama3, tmp_path / "x", *hermes)
     assert result.exit_code == 1 and "does not render the tools it is given" in result.output, result.output
-    bad = CliRunner().invoke(app, [*args[:-1], "json"])
+    bad = tandem_sft(llama3, tmp_path / "x", "--tool-format", "json")
     assert bad.exit_code != 0 and "--tool-format" in bad.output, bad.output
