@@ -2,6 +2,11 @@
 # The test suite: builds or reuses the environments, then runs every test
 # (fast, slow and service-backed) after ruff's lint and format checks. Extra
 # arguments go to pytest.
+#
+# Two test processes (pytest-xdist), each module whole in one of them (loadscope), so a
+# module's shared run or server is built once: most service-backed tests wait on
+# process start-ups and polls for part of their time, and the other process fills it.
+# TANDEM_TEST_WORKERS=0 runs everything in this process.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/scripts/setup.sh"
@@ -9,4 +14,6 @@ cd "$repo"
 # Lint and format are part of the suite: a failure here fails the run before pytest.
 ruff check .
 ruff format --check .
-exec python -m pytest "$@"
+workers="${TANDEM_TEST_WORKERS:-2}"
+if [ "$workers" = 0 ]; then exec python -m pytest "$@"; fi
+exec python -m pytest -n "$workers" --dist loadscope "$@"

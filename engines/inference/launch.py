@@ -146,6 +146,8 @@ def server_command(
         # vLLM 0.32 CPU: a seeded request whose prompt is prefilled in chunks kills the
         # engine ("CPU Generator does not use offset"); schedule prompts whole instead.
         argv += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(cfg.max_model_len, 4096))]
+        if single_cpu_rank(cfg):
+            argv += ["--distributed-executor-backend", "uni"]
     else:
         argv += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gb * 2**30))]
     argv += cluster_flags(c)
@@ -163,10 +165,21 @@ def server_environment(cfg: InferenceConfig, cpu_build: bool, index: int = 0) ->
     if cpu_build:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gb)))  # whole GB
         env["OMP_NUM_THREADS"] = str(cfg.server_threads)
-        single_rank = cfg.cluster.tensor_parallel_size * cfg.cluster.data_parallel_size == 1
-        if single_rank and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpu_cores_for(index, cfg.server_threads)))
+        if single_cpu_rank(cfg):
+            # The CPU platform keeps the uniprocess executor only with this set; the API
+            # server still runs its engine core in a process of its own.
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+                env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpu_cores_for(index, cfg.server_threads)))
     return env
+
+
+def single_cpu_rank(cfg: InferenceConfig) -> bool:
+    """One rank per server: its engine core runs the model itself (vLLM's uniprocess
+    executor) instead of starting a worker process to run it. Measured with the tiny MoE
+    on 2 cores: ready in 34.5 s instead of 46.7 s, the same generation speed, and no
+    worker process polling its message queue beside the episodes' sandboxes."""
+    return cfg.cluster.tensor_parallel_size * cfg.cluster.data_parallel_size == 1
 
 
 def cpu_cores_for(index: int, threads: int) -> list[int]:

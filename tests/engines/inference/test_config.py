@@ -162,3 +162,15 @@ def test_disaggregation_options_that_would_be_ignored_are_refused() -> None:
         launch.check_supported(nixl, cpu_build=True)
     example = InferenceConfig(model_dir="m", cluster={"disaggregation": {"kv_connector": "ExampleConnector"}})
     launch.check_supported(example, cpu_build=True)  # runs on the CPU build (test_disaggregation.py)
+
+
+def test_one_cpu_rank_runs_its_model_in_the_engine_process() -> None:
+    one = InferenceConfig(model_dir="m")
+    assert " ".join(launch.server_command(one, "py", 8000, cpu_build=True)).endswith(
+        "--distributed-executor-backend uni"
+    )
+    assert launch.server_environment(one, cpu_build=True)["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    two = InferenceConfig(model_dir="m", cluster={"tensor_parallel_size": 2})
+    assert "--distributed-executor-backend" not in launch.server_command(two, "py", 8000, cpu_build=True)
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in launch.server_environment(two, cpu_build=True)
+    assert "--distributed-executor-backend" not in launch.server_command(one, "py", 8000, cpu_build=False)
