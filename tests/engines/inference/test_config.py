@@ -164,7 +164,8 @@ def test_disaggregation_options_that_would_be_ignored_are_refused() -> None:
     launch.check_supported(example, cpu_build=True)  # runs on the CPU build (test_disaggregation.py)
 
 
-def test_one_cpu_rank_runs_its_model_in_the_engine_process() -> None:
+def test_one_cpu_rank_runs_its_model_in_the_engine_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     one = InferenceConfig(model_dir="m")
     assert " ".join(launch.server_command(one, "py", 8000, cpu_build=True)).endswith(
         "--distributed-executor-backend uni"
