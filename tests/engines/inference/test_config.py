@@ -175,3 +175,7 @@ def test_one_cpu_rank_runs_its_model_in_the_engine_process(monkeypatch: pytest.M
     assert "--distributed-executor-backend" not in launch.server_command(two, "py", 8000, cpu_build=True)
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in launch.server_environment(two, cpu_build=True)
     assert "--distributed-executor-backend" not in launch.server_command(one, "py", 8000, cpu_build=False)
+    passed = {"extra_server_args": ["--distributed-executor-backend", "mp"]}
+    with pytest.raises(launch.UnsupportedOption, match="--distributed-executor-backend"):
+        launch.check_supported(InferenceConfig(model_dir="m", cluster=passed), cpu_build=True)
+    launch.check_supported(InferenceConfig(model_dir="m", cluster=passed), cpu_build=False)  # vLLM's to choose on GPUs
