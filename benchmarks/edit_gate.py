@@ -9,7 +9,8 @@ transformers `generate` on CPU, the real EnvSession applying each action, the te
 run in-process (micro_demos.local_statuses) instead of in the sandbox. Figures, each
 a share of the N tasks with a 95% Wilson interval:
 
-  first_turn_edit     the first turn is an edit (edit, replace or change) that parses
+  first_turn_edit     the episode's first edit (edit, replace or change; after a view,
+                      say) parses: the figures below classify that edit
   applied             ... and applies (OLD found once, the line exists)
   valid_single_token  ... and changes exactly one line, keeping its indentation, by one
                       token replaced, inserted or removed, or by two operands swapped
@@ -169,8 +170,8 @@ def run_episodes(model_dir: Path, tasks: list[Task], config: RunConfig, scratch:
         for i, text in zip(active, texts):
             action = parse_action(text)
             is_edit = isinstance(action, Action) and action.tool in EDIT_TOOLS
-            if turn == 0:
-                results[i]["first"] = classify(tasks[i], action if is_edit else None)
+            if is_edit and results[i]["first"] is None:
+                results[i]["first"] = classify(tasks[i], action)
             before = sessions[i].attempts
             result = sessions[i].step(text)
             if sessions[i].attempts > before:  # a tested edit: key it by the file it made
@@ -188,6 +189,9 @@ def run_episodes(model_dir: Path, tasks: list[Task], config: RunConfig, scratch:
             break
     for s in sessions:
         s.close()
+    for task, result in zip(tasks, results):
+        if result["first"] is None:  # the episode made no edit
+            result["first"] = classify(task, None)
     return results
 
 

@@ -12,6 +12,7 @@ The model produces ACTION text and stops at `<|end|>`. An ACTION is a first line
 naming the tool and its arguments, then an optional body:
 
     view PATH [START END]     show numbered lines of a file
+    view PATH FUNCTION        show the numbered lines of one function
     edit PATH LINE            replace line LINE (1-based) with the body's lines
     <replacement line(s)>
     replace PATH              str_replace: body is OLD, a line '=====', then NEW
@@ -67,7 +68,7 @@ class Action:
     body: str = ""  # edit: replacement; bash: command
     old: str = ""  # replace, change
     new: str = ""  # replace, change
-    scope: str = ""  # change: the function scope (when `line` is None)
+    scope: str = ""  # change: the function scope (when `line` is None); view: the function shown
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,9 @@ def parse_action(text: str) -> Action | InvalidAction:
     if tool == "view":
         if len(args) == 3 and args[1].isdigit() and args[2].isdigit():
             return Action("view", path=path, line=int(args[1]), end_line=int(args[2]))
-        return Action("view", path=path) if len(args) == 1 else InvalidAction("usage: view PATH [START END]")
+        if len(args) == 2 and args[1].isidentifier():
+            return Action("view", path=path, scope=args[1])
+        return Action("view", path=path) if len(args) == 1 else InvalidAction("usage: view PATH [START END | FUNCTION]")
     if tool == "edit":
         if len(args) != 2 or not args[1].isdigit() or int(args[1]) < 1:
             return InvalidAction("usage: edit PATH LINE, then the new line(s) below")
@@ -130,7 +133,7 @@ def render_action(action: Action) -> str:
         return f"bash\n{action.body}"
     if action.tool == "view":
         rng = f" {action.line} {action.end_line}" if action.line is not None else ""
-        return f"view {action.path}{rng}"
+        return f"view {action.path}{rng}" + (f" {action.scope}" if action.scope else "")
     if action.tool == "edit":
         return f"edit {action.path} {action.line}\n{action.body}"
     if action.tool == "change":

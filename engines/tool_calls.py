@@ -39,7 +39,12 @@ def _schema(name: str, description: str, properties: dict[str, dict[str, str]], 
 
 _STR, _INT = {"type": "string"}, {"type": "integer"}
 TOOL_SCHEMAS: list[dict[str, Any]] = [
-    _schema("view", "Show numbered lines of a file.", {"path": _STR, "start": _INT, "end": _INT}, ["path"]),
+    _schema(
+        "view",
+        "Show numbered lines of a file: all, `start` to `end`, or the one function named `function`.",
+        {"path": _STR, "start": _INT, "end": _INT, "function": _STR},
+        ["path"],
+    ),
     _schema(
         "edit",
         "Replace line `line` (1-based) with `body`.",
@@ -100,7 +105,11 @@ def _action(name: str, args: dict[str, Any]) -> Action | InvalidAction:
     if name == "view":
         if ("start" in args) != ("end" in args):
             return InvalidAction("view: give both start and end, or neither")
-        return Action("view", path=args["path"], line=args.get("start"), end_line=args.get("end"))
+        if "function" in args and "start" in args:
+            return InvalidAction("view: give start and end, or a function, not both")
+        return Action(
+            "view", path=args["path"], line=args.get("start"), end_line=args.get("end"), scope=args.get("function", "")
+        )
     if name == "edit":
         if args["line"] < 1:
             return InvalidAction("edit: line is 1-based")
@@ -123,6 +132,7 @@ def render_tool_call(action: Action) -> str:
         args = {"path": action.path} | (
             {"start": action.line, "end": action.end_line} if action.line is not None else {}
         )
+        args |= {"function": action.scope} if action.scope else {}
     elif action.tool == "edit":
         args = {"path": action.path, "line": action.line, "body": action.body}
     elif action.tool == "replace":

@@ -222,7 +222,8 @@ class RunSFTConfig(SFTConfig):
         description="How the micro-task demonstrations write an edit (engines/env/micro.py: line_edit): edit (line "
         "number + the whole new line), replace (the old line copied, with lines above it until unique), or a short "
         "form that writes only the tokens that change, OLD unique in its scope: short_replace (the file), "
-        "line_change (`change m.py LINE`), function_change (`change m.py NAME`, the named function). The policy "
+        "line_change (`change m.py LINE`), function_change (`change m.py NAME`, the named function), viewed_change "
+        "(function_change after a first turn `view m.py NAME` that shows the named function). The policy "
         "may use any. benchmarks/edit_gate.py measures how often each warm start writes a valid edit.",
     )
     demonstrations: DemonstrationKind = Field(

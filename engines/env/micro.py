@@ -421,7 +421,7 @@ def generate_micro_tasks(n: int, seed: int, split: Split = "train") -> list[Task
     return tasks
 
 
-EditTool = Literal["edit", "replace", "short_replace", "line_change", "function_change"]
+EditTool = Literal["edit", "replace", "short_replace", "line_change", "function_change", "viewed_change"]
 EDIT_FORMS: tuple[str, ...] = EditTool.__args__
 # Who writes the warm start's demonstrations: the oracle (the fix, engines/env/micro_demos.py
 # feedback_demonstrations) or the uniform-candidate demonstrator (candidate_demonstrations).
@@ -437,7 +437,9 @@ def line_edit(source: str, line: int, text: str, tool: EditTool = "edit") -> Act
     tokens around the change that occur once in their scope: the file
     (`short_replace`, a str_replace with a short old string), line `line`
     (`line_change`: `change m.py LINE`), or the function holding the line
-    (`function_change`: `change m.py NAME`, no line number at all)."""
+    (`function_change`: `change m.py NAME`, no line number at all). `viewed_change` writes
+    the edit as `function_change`; its episodes first view the named function
+    (micro_demos.py), so OLD is copied from the observation just above it."""
     if tool == "edit":
         return Action("edit", path=MODULE, line=line, body=text)
     lines = source.rstrip("\n").split("\n")
@@ -446,7 +448,7 @@ def line_edit(source: str, line: int, text: str, tool: EditTool = "edit") -> Act
     if tool == "line_change":
         old, new = _short_span(lines[line - 1], text, [lines[line - 1]])
         return Action("change", path=MODULE, line=line, old=old, new=new)
-    if tool == "function_change":
+    if tool in ("function_change", "viewed_change"):
         name, (first, last) = _enclosing_function(lines, line)
         span = _short_span(lines[line - 1], text, lines[first - 1 : last])
         if span is not None:

@@ -38,9 +38,9 @@ from engines.env.micro import (
     plausible_edits,
     run_module,
 )
-from engines.env.session import EnvSession
+from engines.env.session import EnvSession, function_view
 from engines.env.types import Task
-from engines.protocol import render_action
+from engines.protocol import Action, render_action
 
 
 def local_statuses(task: Task, module_source: str) -> dict[str, str]:
@@ -60,6 +60,20 @@ def local_statuses(task: Task, module_source: str) -> dict[str, str]:
         except Exception:
             statuses[test_id] = "FAILED"
     return statuses
+
+
+def opening(task: Task, tool: EditTool) -> list[dict]:
+    """The episode's first messages: the problem, and for `viewed_change` a first turn
+    that views the named function, with the session's own observation."""
+    messages: list[dict] = [{"role": "user", "content": task.problem_statement}]
+    if tool == "viewed_change":
+        name = named_function(task)
+        lines = task.meta()["files"][MODULE].rstrip("\n").split("\n")
+        messages += [
+            {"role": "assistant", "content": render_action(Action("view", path=MODULE, scope=name))},
+            {"role": "tool", "content": function_view(MODULE, lines, name)},
+        ]
+    return messages
 
 
 def wrong_edits(task: Task, rng: random.Random, count: int) -> list[tuple[int, str]]:
@@ -89,7 +103,7 @@ def feedback_messages(
     each written with `tool` (engines/env/micro.py: line_edit)."""
     buggy = task.meta()["files"][MODULE]
     lines = buggy.rstrip("\n").split("\n")
-    messages: list[dict] = [{"role": "user", "content": task.problem_statement}]
+    messages = opening(task, tool)
     for attempt, (line, text) in enumerate(wrong[: max_attempts - 1], 1):
         source = "\n".join(lines[: line - 1] + [text] + lines[line:])
         observation = attempt_observation(local_statuses(task, source), attempt, max_attempts)
@@ -130,7 +144,7 @@ def candidate_messages(task: Task, max_attempts: int, rng: random.Random, tool: 
     lines = buggy.rstrip("\n").split("\n")
     candidates = plausible_edits(buggy, named_function(task))
     rng.shuffle(candidates)
-    messages: list[dict] = [{"role": "user", "content": task.problem_statement}]
+    messages = opening(task, tool)
     for attempt, (line, text, _) in enumerate(candidates[: max(1, max_attempts)], 1):
         messages.append({"role": "assistant", "content": render_action(line_edit(buggy, line, text, tool))})
         passed, statuses = _passes(task, lines, line, text)
@@ -167,10 +181,9 @@ def oracle_messages(task: Task, tool: EditTool = "edit") -> list[dict[str, str]]
     """The canonical successful episode: problem, the one-line fix, the real observation, submit."""
     fix = render_action(oracle_action(task, tool))
     with EnvSession.open(task, EnvConfig()) as session:
-        prompt = session.prompt()
         observation = session.step(fix).observation
     return [
-        {"role": "user", "content": prompt},
+        *opening(task, tool),
         {"role": "assistant", "content": fix},
         {"role": "tool", "content": observation},
         {"role": "assistant", "content": "submit"},

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engines.env.config import EnvConfig
-from engines.env.edits import EditError, apply_edit
+from engines.env.edits import EditError, apply_edit, function_lines
 from engines.env.feedback import all_passed, attempt_observation, edit_echo, test_summary
 from engines.env.grader import node_args
 from engines.env.micro import numbered
@@ -34,6 +34,14 @@ from engines.env.workspace import Workspace
 from engines.protocol import EDIT_TOOLS, Action, InvalidAction, parse_action
 
 _VIEW_LINES = 60  # lines shown by a bare `view PATH`
+
+
+def function_view(path: str, lines: list[str], name: str) -> str:
+    """What `view PATH NAME` shows: the numbered lines of the one function `name`."""
+    span = function_lines(lines, name)
+    if isinstance(span, str):
+        return f"error: {path}: {span}"
+    return numbered("\n".join(lines[span[0] - 1 : span[1]]), span[0])
 
 
 class TestsUnavailable(RuntimeError):
@@ -94,6 +102,8 @@ class EnvSession:
         lines, error = self._read(action.path)
         if error:
             return error
+        if action.scope:
+            return function_view(action.path, lines, action.scope)
         start = max(1, action.line or 1)
         end = min(len(lines), action.end_line or start + _VIEW_LINES - 1)
         if start > len(lines):

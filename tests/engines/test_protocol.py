@@ -10,6 +10,7 @@ from engines.protocol import Action, InvalidAction, parse_action, render_action
 ACTIONS = [
     Action("view", path="m.py"),
     Action("view", path="m.py", line=2, end_line=5),
+    Action("view", path="m.py", scope="mix"),
     Action("edit", path="m.py", line=3, body="    return a - b"),
     Action("replace", path="m.py", old="a + b", new="a - b"),
     Action("change", path="m.py", line=3, old="+", new="-"),

@@ -156,3 +156,21 @@ def test_the_candidate_demonstrator_tries_distinct_edits_until_one_passes():
         assert results[-1] or len(turns) == 3
         # observations follow every attempt but the last, as in a live episode
         assert [m["role"] for m in messages[1:]] == ["assistant", "tool"] * (len(turns) - 1) + ["assistant"]
+
+
+def test_viewed_change_episodes_view_the_named_function_as_a_live_session_shows_it(env_config):
+    import random
+
+    from engines.env.micro import named_function
+    from engines.env.micro_demos import candidate_messages, feedback_demonstrations
+    from engines.env.session import EnvSession
+
+    tasks = generate_micro_tasks(20, seed=13)
+    demos = feedback_demonstrations(tasks, 3, 0.5, seed=0, tool="viewed_change")
+    demos += [candidate_messages(t, 3, random.Random(1), "viewed_change") for t in tasks]
+    for task, messages in zip(tasks + tasks, demos):
+        view = parse_action(messages[1]["content"])
+        assert view == Action("view", path=MODULE, scope=named_function(task))
+        with EnvSession.open(task, env_config) as session:
+            assert messages[2] == {"role": "tool", "content": session.step(messages[1]["content"]).observation}
+        assert all(parse_action(m["content"]).tool == "change" for m in messages[3::2])  # the edits that follow

@@ -108,3 +108,19 @@ def test_a_refused_change_is_an_observation_and_no_attempt(micro_tasks, env_conf
         assert s.attempts == 1 and tried.observation.endswith("reverted (attempt 1 of 2)")
         assert calls and calls[0] != task.meta()["files"]["m.py"]  # the tests saw the changed file
         assert s.patch() == ""  # rolled back
+
+
+def test_view_of_a_function_shows_its_numbered_lines_only(micro_tasks, env_config):
+    from engines.env.micro import named_function
+
+    task = micro_tasks[0]
+    name = named_function(task)
+    lines = task.meta()["files"]["m.py"].rstrip("\n").split("\n")
+    with EnvSession.open(task, env_config) as s:
+        shown = s.step(f"view m.py {name}").observation.split("\n")
+        assert shown[0].split(" ", 1)[1] == f"def {name}(a, b):"
+        for row in shown:
+            number, text = row.split(" ", 1)
+            assert lines[int(number) - 1] == text
+        assert not any(row.split(" ", 1)[1].startswith("def ") for row in shown[1:])  # one function
+        assert "no function named 'nope'" in s.step("view m.py nope").observation
