@@ -164,7 +164,7 @@ def run_episodes(model_dir: Path, tasks: list[Task], config: RunConfig, scratch:
     results: list[dict[str, Any]] = [{"first": None, "resolved": False, "attempts": 0, "repeats": 0} for _ in tasks]
     failed: list[list[str]] = [[] for _ in tasks]
     active = list(range(len(tasks)))
-    for turn in range(config.inference.limits.max_turns):
+    for _ in range(config.inference.limits.max_turns):
         texts = greedy_turns(model, tokenizer, [chats[i] for i in active])
         still = []
         for i, text in zip(active, texts):
