@@ -4,7 +4,9 @@ the agent loop, graded in the bubblewrap sandbox, and trained by the trainer lan
 whose new weights the servers load before the next step. Its per-step reward, pass
 rate, token counts and trainer figures are kept in tests/assets/golden/, one file per
 CPU kernel family (`kernel_family`): vLLM's CPU build and torch take AMX bf16 paths on
-CPUs that have them, whose sums round differently enough to move a sampled token.
+CPUs that have them, and AVX-512 bf16 paths on CPUs with those and no AMX (an AMD EPYC
+of this kind moved step 0's completion tokens 1445 -> 1462), whose sums round
+differently enough to move a sampled token.
 
 The lanes take turns in one process (async_level 0), so nothing races: each step's
 episodes are sampled from seeds that are a function of (seed, step, task, sample).
@@ -59,10 +61,12 @@ OVERRIDES = [
 
 
 def kernel_family(cpuinfo: str | None = None) -> str:
-    """'amx' on a CPU with AMX bf16 tiles, else 'default' (AVX-512 or AVX2 kernels)."""
+    """'amx' on a CPU with AMX bf16 tiles, 'avx512_bf16' on one with AVX-512 bf16 and no AMX, else 'default'."""
     text = Path("/proc/cpuinfo").read_text() if cpuinfo is None else cpuinfo
     flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return "amx" if "amx_bf16" in flags else "default"
+    if "amx_bf16" in flags:
+        return "amx"
+    return "avx512_bf16" if "avx512_bf16" in flags else "default"
 
 
 def golden_path(family: str | None = None) -> Path:
