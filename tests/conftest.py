@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import module_seconds
 from tests.tiny_model import make_tiny_model_dir
 
 # Host requirements of markers (sandbox, cgroup, tmpfs) fail the run when missing;
@@ -28,6 +29,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if any(item.get_closest_marker(m) for m in SERVER_MARKERS) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+    # Costliest modules first (measured; a module not measured yet counts a minute if it
+    # starts a server), so the test processes finish together.
+    seconds = module_seconds.measured()
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        if module not in seconds:
+            seconds[module] = 60.0 if item.get_closest_marker("slow") else 0.0
+    items.sort(key=lambda item: -seconds[item.nodeid.split("::")[0]])  # stable: order within a module stays
 
 
 @pytest.fixture(scope="session")

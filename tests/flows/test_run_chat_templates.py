@@ -45,12 +45,14 @@ micro_batch_rows = 16
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
-def test_a_two_step_run_from_a_model_with_its_own_chat_template(name: str, tmp_path: Path) -> None:
+def test_a_two_step_run_from_a_model_with_its_own_chat_template(
+    name: str, tmp_path: Path, prefect_server: dict[str, str]
+) -> None:
     model_dir = build_chat_model(name, tmp_path / name)
     root, config = tmp_path / "lake", tmp_path / "run.toml"
     config.write_text(_config(root, model_dir))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}  # the run starts its own server
-    env |= {"TANDEM_PREFECT_HOME": str(tmp_path / "prefect-home"), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    # The suite's Prefect server (a run's own embedded server is tested by test_run_faults).
+    env = {**os.environ, **prefect_server, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "flows.cli", "run", "--config", str(config)],
         cwd=REPO,

@@ -1,4 +1,4 @@
-"""W&B and MLflow through a real `tandem run` (embedded Prefect server, vLLM server,
+"""W&B and MLflow through a real `tandem run` (the suite's Prefect server, vLLM server,
 sandboxed grading, trainer lane process) with `metrics.sinks = ["wandb", "mlflow"]`:
 the W&B offline run files and the MLflow store it leaves, read back with each
 library's own reader, hold every step's metrics exactly as the lake's `steps` table
@@ -113,12 +113,12 @@ sinks = ["wandb", "mlflow"]
 
 
 @pytest.fixture(scope="module")
-def tracked_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def tracked_run(tmp_path_factory: pytest.TempPathFactory, prefect_server: dict[str, str]) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("trackers")
     root, config = tmp / "lake", tmp / "run.toml"
     config.write_text(_config(root))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "WANDB_", "MLFLOW_"))}
-    env |= {"TANDEM_PREFECT_HOME": str(tmp / "prefect-home"), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env |= {**prefect_server, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}  # the suite's Prefect server
     done = subprocess.run(
         [sys.executable, "-m", "flows.cli", "run", "--config", str(config)],
         cwd=REPO,
