@@ -29,14 +29,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if any(item.get_closest_marker(m) for m in SERVER_MARKERS) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
-    # Costliest modules first (measured; a module not measured yet counts a minute if it
-    # starts a server), so the test processes finish together.
-    seconds = module_seconds.measured()
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        if module not in seconds:
-            seconds[module] = 60.0 if item.get_closest_marker("slow") else 0.0
-    items.sort(key=lambda item: -seconds[item.nodeid.split("::")[0]])  # stable: order within a module stays
+    # Costliest modules first (tests/module_seconds.py), so the test processes finish together.
+    module_seconds.costliest_first(items, slow=lambda item: item.get_closest_marker("slow") is not None)
 
 
 @pytest.fixture(scope="session")
