@@ -223,7 +223,9 @@ class RunSFTConfig(SFTConfig):
         "number + the whole new line), replace (the old line copied, with lines above it until unique), or a short "
         "form that writes only the tokens that change, OLD unique in its scope: short_replace (the file), "
         "line_change (`change m.py LINE`), function_change (`change m.py NAME`, the named function), viewed_change "
-        "(function_change after a first turn `view m.py NAME` that shows the named function). The policy "
+        "(function_change after a first turn `view m.py NAME` that shows the named function), spaced_change "
+        "(viewed_change with OLD and NEW keeping the space before their first token, so OLD is the view's own BPE "
+        "tokens). The policy "
         "may use any. benchmarks/edit_gate.py measures how often each warm start writes a valid edit.",
     )
     demonstrations: DemonstrationKind = Field(

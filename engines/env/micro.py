@@ -421,7 +421,9 @@ def generate_micro_tasks(n: int, seed: int, split: Split = "train") -> list[Task
     return tasks
 
 
-EditTool = Literal["edit", "replace", "short_replace", "line_change", "function_change", "viewed_change"]
+EditTool = Literal[
+    "edit", "replace", "short_replace", "line_change", "function_change", "viewed_change", "spaced_change"
+]
 EDIT_FORMS: tuple[str, ...] = EditTool.__args__
 # Who writes the warm start's demonstrations: the oracle (the fix, engines/env/micro_demos.py
 # feedback_demonstrations) or the uniform-candidate demonstrator (candidate_demonstrations).
@@ -439,7 +441,11 @@ def line_edit(source: str, line: int, text: str, tool: EditTool = "edit") -> Act
     (`line_change`: `change m.py LINE`), or the function holding the line
     (`function_change`: `change m.py NAME`, no line number at all). `viewed_change` writes
     the edit as `function_change`; its episodes first view the named function
-    (micro_demos.py), so OLD is copied from the observation just above it."""
+    (micro_demos.py), so OLD is copied from the observation just above it.
+    `spaced_change` is `viewed_change` with OLD and NEW keeping the space before their
+    first token: written on a line of its own, " + 5" is the same BPE tokens as in the
+    view (" +", " 5") where "+ 5" is not ("+" is another token), so OLD is a copy of
+    the view's tokens, not a translation of them."""
     if tool == "edit":
         return Action("edit", path=MODULE, line=line, body=text)
     lines = source.rstrip("\n").split("\n")
@@ -448,9 +454,11 @@ def line_edit(source: str, line: int, text: str, tool: EditTool = "edit") -> Act
     if tool == "line_change":
         old, new = _short_span(lines[line - 1], text, [lines[line - 1]])
         return Action("change", path=MODULE, line=line, old=old, new=new)
-    if tool in ("function_change", "viewed_change"):
+    if tool in ("function_change", "viewed_change", "spaced_change"):
         name, (first, last) = _enclosing_function(lines, line)
         span = _short_span(lines[line - 1], text, lines[first - 1 : last])
+        if span is not None and tool == "spaced_change":
+            span = _with_leading_space(lines[line - 1], *span)
         if span is not None:
             return Action("change", path=MODULE, scope=name, old=span[0], new=span[1])
         return line_edit(source, line, text, "line_change")  # no span occurs once in the function
@@ -494,6 +502,13 @@ def _short_span(old_line: str, new_line: str, scope: list[str]) -> tuple[str, st
             if text.count(old) == 1 and old_line.replace(old, new, 1) == new_line:
                 return old, new
     return None
+
+
+def _with_leading_space(old_line: str, old: str, new: str) -> tuple[str, str]:
+    """(OLD, NEW) widened by the space before OLD in `old_line`, if there is one. Still
+    once in its scope: every occurrence of " OLD" holds one of OLD."""
+    at = old_line.index(old)
+    return (" " + old, " " + new) if at and old_line[at - 1] == " " else (old, new)
 
 
 def _enclosing_function(lines: list[str], line: int) -> tuple[str, tuple[int, int]]:

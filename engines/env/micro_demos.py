@@ -63,10 +63,11 @@ def local_statuses(task: Task, module_source: str) -> dict[str, str]:
 
 
 def opening(task: Task, tool: EditTool) -> list[dict]:
-    """The episode's first messages: the problem, and for `viewed_change` a first turn
-    that views the named function, with the session's own observation."""
+    """The episode's first messages: the problem, and for `viewed_change` and
+    `spaced_change` a first turn that views the named function, with the session's own
+    observation."""
     messages: list[dict] = [{"role": "user", "content": task.problem_statement}]
-    if tool == "viewed_change":
+    if tool in ("viewed_change", "spaced_change"):
         name = named_function(task)
         lines = task.meta()["files"][MODULE].rstrip("\n").split("\n")
         messages += [

@@ -1,6 +1,8 @@
 import ast
 from collections import Counter
 
+import pytest
+
 from engines.env.micro import MODULE, generate_micro_tasks, line_edit, oracle_action
 from engines.env.micro_demos import oracle_messages
 from engines.env.workspace import apply_to_files, base_files
@@ -158,7 +160,8 @@ def test_the_candidate_demonstrator_tries_distinct_edits_until_one_passes():
         assert [m["role"] for m in messages[1:]] == ["assistant", "tool"] * (len(turns) - 1) + ["assistant"]
 
 
-def test_viewed_change_episodes_view_the_named_function_as_a_live_session_shows_it(env_config):
+@pytest.mark.parametrize("form", ["viewed_change", "spaced_change"])
+def test_viewed_change_episodes_view_the_named_function_as_a_live_session_shows_it(env_config, form):
     import random
 
     from engines.env.micro import named_function
@@ -166,11 +169,38 @@ def test_viewed_change_episodes_view_the_named_function_as_a_live_session_shows_
     from engines.env.session import EnvSession
 
     tasks = generate_micro_tasks(20, seed=13)
-    demos = feedback_demonstrations(tasks, 3, 0.5, seed=0, tool="viewed_change")
-    demos += [candidate_messages(t, 3, random.Random(1), "viewed_change") for t in tasks]
+    demos = feedback_demonstrations(tasks, 3, 0.5, seed=0, tool=form)
+    demos += [candidate_messages(t, 3, random.Random(1), form) for t in tasks]
     for task, messages in zip(tasks + tasks, demos):
         view = parse_action(messages[1]["content"])
         assert view == Action("view", path=MODULE, scope=named_function(task))
         with EnvSession.open(task, env_config) as session:
             assert messages[2] == {"role": "tool", "content": session.step(messages[1]["content"]).observation}
         assert all(parse_action(m["content"]).tool == "change" for m in messages[3::2])  # the edits that follow
+
+
+def test_a_spaced_change_copies_the_tokens_of_the_function_view():
+    """OLD on a line of its own: without its leading space its first token is another
+    BPE token than the view shows (" +" there, "+" here); spaced_change keeps the space."""
+    from engines.env.micro import named_function
+    from engines.env.session import function_view
+    from engines.model.tokenizer import train_tokenizer
+
+    tasks = generate_micro_tasks(120, seed=17)
+    tok = train_tokenizer([t.meta()["files"][MODULE] for t in generate_micro_tasks(400, seed=18)], 512)
+
+    def copied(form: str) -> int:
+        hits = 0
+        for task in tasks:
+            lines = task.meta()["files"][MODULE].rstrip("\n").split("\n")
+            name = named_function(task)
+            view, old = tok.encode(function_view(MODULE, lines, name)), tok.encode(oracle_action(task, form).old)
+            hits += any(view[i : i + len(old)] == old for i in range(len(view)))
+        return hits
+
+    assert copied("spaced_change") >= 0.95 * len(tasks)
+    assert copied("viewed_change") <= 0.2 * len(tasks)
+    for task in tasks:
+        action, plain = oracle_action(task, "spaced_change"), oracle_action(task, "viewed_change")
+        if action.old != plain.old:  # widened by exactly the space before it
+            assert (action.old, action.new) == (" " + plain.old, " " + plain.new)
