@@ -27,6 +27,7 @@ Last line: one JSON object, {"bench": "episodes", "feedback_tokens_per_s",
 "test_call_ms", ...}; feedback_efficiency = feedback over raw tokens per second.
 
     python -m benchmarks.episodes [--episodes 128] [--group 8] [--rounds 2] [--model-dir DIR]
+        [--run-args --inference.cluster.extra_server_args '["--block-size", "32"]' ...]
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from engines.rollout.step import GradeCache, grade_episodes, pool_tester
 from engines.trainer.sft import sft
 from engines.trainer.warm_start_cache import cached, warm_start_key
 from flows.config import RunConfig
+from flows.config_loader import load_config
 from flows.sft import cache_inputs
 
 _METRICS = (
@@ -281,7 +283,7 @@ async def raw_batch(pool: ServerPool, episodes: list) -> tuple[int, float]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    config = RunConfig(run="bench-episodes")
+    config = load_config(RunConfig, None, ["--run", "bench-episodes", *args.run_args])
     if args.sft_steps:
         sft_cfg = config.trainer.sft.model_copy(update={"max_steps": args.sft_steps})
         config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"sft": sft_cfg})})
@@ -378,6 +380,12 @@ def main() -> None:
     parser.add_argument("--model-dir", help="HF causal LM to serve (default: the cached warm start)")
     parser.add_argument(
         "--sft-steps", type=int, default=0, help="SFT steps of the warm start (0: the run's trainer.sft.max_steps)"
+    )
+    parser.add_argument(
+        "--run-args",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help='run settings, as for `tandem run` (e.g. --inference.cluster.extra_server_args \'["--block-size", "32"]\')',
     )
     args = parser.parse_args()
     print(json.dumps(asyncio.run(run(args))))
