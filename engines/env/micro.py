@@ -425,6 +425,8 @@ EditTool = Literal[
     "edit", "replace", "short_replace", "line_change", "function_change", "viewed_change", "spaced_change"
 ]
 EDIT_FORMS: tuple[str, ...] = EditTool.__args__
+# The forms whose episodes first view the named function (micro_demos.py: opening).
+VIEWED_FORMS = ("viewed_change", "spaced_change")
 # Who writes the warm start's demonstrations: the oracle (the fix, engines/env/micro_demos.py
 # feedback_demonstrations) or the uniform-candidate demonstrator (candidate_demonstrations).
 DemonstrationKind = Literal["oracle", "candidates"]
@@ -454,7 +456,7 @@ def line_edit(source: str, line: int, text: str, tool: EditTool = "edit") -> Act
     if tool == "line_change":
         old, new = _short_span(lines[line - 1], text, [lines[line - 1]])
         return Action("change", path=MODULE, line=line, old=old, new=new)
-    if tool in ("function_change", "viewed_change", "spaced_change"):
+    if tool == "function_change" or tool in VIEWED_FORMS:
         name, (first, last) = _enclosing_function(lines, line)
         span = _short_span(lines[line - 1], text, lines[first - 1 : last])
         if span is not None and tool == "spaced_change":

@@ -29,6 +29,7 @@ from engines.env.feedback import attempt_observation
 from engines.env.micro import (
     MODULE,
     TEST_MODULE,
+    VIEWED_FORMS,
     DemonstrationKind,
     EditTool,
     line_edit,
@@ -67,7 +68,7 @@ def opening(task: Task, tool: EditTool) -> list[dict]:
     `spaced_change` a first turn that views the named function, with the session's own
     observation."""
     messages: list[dict] = [{"role": "user", "content": task.problem_statement}]
-    if tool in ("viewed_change", "spaced_change"):
+    if tool in VIEWED_FORMS:
         name = named_function(task)
         lines = task.meta()["files"][MODULE].rstrip("\n").split("\n")
         messages += [
