@@ -6,6 +6,8 @@
 # Two test processes (pytest-xdist), each module whole in one of them (loadscope), so a
 # module's shared run or server is built once: most service-backed tests wait on
 # process start-ups and polls for part of their time, and the other process fills it.
+# Modules go out costliest first (tests/module_seconds.py sorts them); xdist's own
+# reorder, by number of tests per module, would hand the long one-test modules out last.
 # TANDEM_TEST_WORKERS=0 runs everything in this process.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,4 +18,4 @@ ruff check .
 ruff format --check .
 workers="${TANDEM_TEST_WORKERS:-2}"
 if [ "$workers" = 0 ]; then exec python -m pytest "$@"; fi
-exec python -m pytest -n "$workers" --dist loadscope "$@"
+exec python -m pytest -n "$workers" --dist loadscope --no-loadscope-reorder "$@"

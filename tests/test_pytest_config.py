@@ -4,6 +4,7 @@ instead of hanging CI."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,19 @@ def test_a_missing_bwrap_fails_the_run_unless_the_sandbox_tests_are_deselected(t
     assert "bubblewrap (bwrap) is not on PATH" in failed.stderr and "-m 'not sandbox'" in failed.stderr, failed.stderr
     deselected = _pytest_in(tmp_path, "-p", "tests.host_requirements", "-m", "not sandbox", "test_needs.py", env=env)
     assert deselected.returncode == 0 and "1 passed, 1 deselected" in deselected.stdout, deselected.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_the_suite_hands_out_modules_in_the_order_the_conftest_sorts_them(tmp_path: Path) -> None:
+    """scripts/test.sh's xdist options keep the collection order (costliest module first):
+    with xdist's default reorder, the module with more tests would go out first."""
+    command = next(line for line in (REPO / "scripts/test.sh").read_text().splitlines() if "--dist" in line)
+    xdist_options = re.search(r"(--dist \S+(?: --no-loadscope-reorder)?)", command)[1].split()
+    (tmp_path / "test_many.py").write_text("".join(f"def test_many_{i}():\n    pass\n\n" for i in range(3)))
+    (tmp_path / "test_long.py").write_text("def test_long():\n    pass\n")
+    (tmp_path / "conftest.py").write_text(
+        "def pytest_collection_modifyitems(items):\n    items.sort(key=lambda item: 'test_long' not in item.nodeid)\n"
+    )
+    done = _pytest_in(tmp_path, "-n", "1", *xdist_options, "-rA", env=dict(os.environ))
+    ran = re.findall(r"^PASSED (test_\w+)\.py", done.stdout, re.MULTILINE)
+    assert done.returncode == 0 and ran[:2] == ["test_long", "test_many"], done.stdout[-2000:]
