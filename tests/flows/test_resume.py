@@ -45,7 +45,7 @@ def test_a_rerun_with_another_config_is_refused_listing_the_keys(tmp_path) -> No
     )
     assert result.exit_code == 1
     assert "2 keys differ (stored -> now)" in result.stderr
-    assert "- rl.group_size: 8 -> 4" in result.stderr and "- trainer.lr: 0.0005 -> 0.001" in result.stderr
+    assert "- rl.group_size: 8 -> 4" in result.stderr and "- trainer.lr: 0.0001 -> 0.001" in result.stderr
     assert "rl.steps" not in result.stderr.split("(stored -> now)")[1].split("Use a new run name")[0]
     assert "--allow_config_change true" in result.stderr
     assert runs.list_starts(open_store(root), "exp") == [0]  # nothing was started
@@ -72,7 +72,7 @@ def test_the_override_lets_a_changed_config_resume_and_is_recorded(tmp_path) -> 
         None,
         ["--run", "exp", "--storage.root", root, "--trainer.lr", "1e-3", "--allow_config_change", "true"],
     )
-    assert check_resume(store, "exp", forced, forced.allow_config_change) == ["trainer.lr: 0.0005 -> 0.001"]
+    assert check_resume(store, "exp", forced, forced.allow_config_change) == ["trainer.lr: 0.0001 -> 0.001"]
     runs.record_start(store, "exp", start_record(forced, "rl", None))
     latest = runs.latest_start(store, "exp")
     assert latest["start"] == 1 and json.loads(latest["config"])["trainer"]["lr"] == 1e-3

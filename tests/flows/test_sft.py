@@ -23,13 +23,13 @@ def key(*overrides: str, train=TRAIN) -> str:
     "override",
     [
         ["--tasks.seed", "1"],
-        ["--env.edit_attempts", "0"],
+        ["--env.edit_attempts", "2"],
         ["--trainer.sft.max_steps", "400"],
-        ["--trainer.sft.failed_attempt_share", "0.25"],
+        ["--trainer.sft.edit_tool", "edit"],
         ["--trainer.sft.edit_tool", "replace"],
         ["--trainer.sft.edit_tool", "function_change"],
         ["--trainer.sft.edit_tool", "line_change"],
-        ["--trainer.sft.demonstrations", "candidates"],
+        ["--trainer.sft.demonstrations", "oracle"],
         ["--trainer.seed", "3"],
         ["--trainer.seq_len", "256"],
         ["--model.tiny.num_layers", "6"],
@@ -37,6 +37,11 @@ def key(*overrides: str, train=TRAIN) -> str:
 )
 def test_a_setting_that_makes_the_warm_start_changes_the_key(override: list[str]) -> None:
     assert key(*override) != key()
+
+
+def test_the_failed_attempt_share_changes_the_key_of_oracle_demonstrations() -> None:
+    oracle = ["--trainer.sft.demonstrations", "oracle"]
+    assert key(*oracle, "--trainer.sft.failed_attempt_share", "0.25") != key(*oracle)
 
 
 def test_other_training_tasks_change_the_key() -> None:

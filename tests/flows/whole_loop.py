@@ -57,6 +57,12 @@ OVERRIDES = [
     *("--trainer.micro_batch_rows", "16"),
     *("--trainer.sft.max_steps", "150"),
     *("--trainer.sft.batch_size", "16"),
+    # The curve pins the loop's mechanics, not the run's defaults: its warm start is the
+    # oracle's `edit` demonstrations (warm_start below) and RL runs at the rate it was made at.
+    *("--trainer.sft.edit_tool", "edit"),
+    *("--trainer.sft.demonstrations", "oracle"),
+    *("--trainer.lr", "5e-4"),
+    *("--trainer.warmup_steps", "0"),
 ]
 
 
