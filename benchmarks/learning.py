@@ -7,9 +7,11 @@ warm start, on the same held-out tasks.
             tasks (same generator and protocol, failed attempts shown and masked as in
             the warm start) for the wall time of (a)'s RL loop, then the same
             held-out evaluation
+  (c) oracle sft: as (b), on the oracle's fixes (demonstrations = "oracle"): what the
+            same time of supervision with the answers reaches, for reference
 
-Reported: rl_gain_points and sft_gain_points (held-out greedy pass@1 over the warm
-start, in points), p_value (exact McNemar, RL after vs before, paired by task),
+Reported: rl_gain_points, sft_gain_points and oracle_sft_points (held-out greedy pass@1
+over the warm start, in points), p_value (exact McNemar, RL after vs before, paired by task),
 p_value_sft (the same for SFT), heldout_tasks, and the seconds each arm trained; and
 rl_gain_interval (95% paired bootstrap over tasks, in points).
 
@@ -37,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engines.env.micro import generate_micro_tasks
+from engines.env.micro import DemonstrationKind, generate_micro_tasks
 from engines.env.micro_demos import warm_start_demonstrations
 from engines.model.load import local_model_dir
 from engines.rollout.attempts import mcnemar_p, paired_bootstrap_interval
@@ -62,9 +64,9 @@ QUICK_STEPS = 10  # RL steps of --quick: design E's 12 steps moved greedy pass@1
 QUICK_HELDOUT = 200  # held-out tasks of --quick: a 10-point gain's 95% interval is about +-6 points
 
 
-def continued_sft(config: RunConfig, v0: str, seconds: float, out: Path) -> Path:
-    """SFT from `v0` for `seconds` on fresh demonstrations, at the learning rate the
-    warm start's cosine ended on (continuing it, not restarting it)."""
+def continued_sft(config: RunConfig, v0: str, seconds: float, out: Path, kind: DemonstrationKind) -> Path:
+    """SFT from `v0` for `seconds` on fresh demonstrations of `kind`, at the learning rate
+    the warm start's cosine ended on (continuing it, not restarting it)."""
     fresh = generate_micro_tasks(_FRESH_TASKS, seed=config.tasks.seed + _FRESH_SEED_OFFSET)
     demos = warm_start_demonstrations(
         fresh,
@@ -72,7 +74,7 @@ def continued_sft(config: RunConfig, v0: str, seconds: float, out: Path) -> Path
         config.trainer.sft.failed_attempt_share,
         seed=config.tasks.seed + _FRESH_SEED_OFFSET,
         tool=config.trainer.sft.edit_tool,
-        kind=config.trainer.sft.demonstrations,
+        kind=kind,
     )
     sft_cfg = config.trainer.sft.model_copy(
         update={
@@ -166,7 +168,7 @@ def main() -> None:
             for name in ("before", "after")
         }
         rl_seconds = rl_wall_seconds(store, config.run)
-        sft_arm = None if args.quick else continued_sft_arm(config, store, rl_seconds, root, args.seed)
+        sft_arms = {} if args.quick else sft_arms_for(config, store, rl_seconds, root, args.seed)
     before, after = evals["before"], evals["after"]
     figures = gain_figures(before, after)
     result = {
@@ -183,22 +185,18 @@ def main() -> None:
         "rl_train_s": round(rl_seconds, 1),
         "seed": args.seed,
     }
-    if sft_arm is not None:
-        sft_eval = sft_arm["eval"]
-        result.update(
-            sft_gain_points=round(100 * (sft_eval["pass@1"] - before["pass@1"]), 1),
-            p_value_sft=float(f"{paired_p(before, sft_eval):.3g}"),
-            pass_at_1_sft=sft_eval["pass@1"],
-            first_attempt_sft=sft_eval["first_attempt_pass@1"],
-            sft_train_s=round(sft_arm["seconds"], 1),
-        )
-        figures.update(pass_at_1_sft=sft_eval["pass@1"], sft_gain_points=result["sft_gain_points"])
+    # (arm, the key of its gain, the prefix of its other figures)
+    for arm, gain_key, prefix in (("sft", "sft_gain_points", "sft"), ("oracle", "oracle_sft_points", "oracle_sft")):
+        if arm in sft_arms:
+            arm_figures = sft_arm_figures(before, sft_arms[arm], gain_key, prefix)
+            result.update(arm_figures)
+            figures.update({k: arm_figures[k] for k in (gain_key, f"pass_at_1_{prefix}")})
     settings = {
         "mode": mode,
         "seed": args.seed,
         "run_args": args.run_args,
         "lake": str(root / "lake"),
-        "runs": [config.run] + ([sft_arm["run"]] if sft_arm else []),
+        "runs": [config.run] + [arm["run"] for arm in sft_arms.values()],
         "config": json.loads(config.model_dump_json()),
     }
     wall_s = time.monotonic() - start
@@ -211,13 +209,39 @@ def main() -> None:
     print(json.dumps(result))
 
 
-def continued_sft_arm(config: RunConfig, store, rl_seconds: float, root: Path, seed: int) -> dict[str, Any]:
-    """Arm (b): continued SFT from version 0 for the RL loop's wall time, then evaluated."""
+def sft_arm_figures(before: dict, arm: dict[str, Any], gain_key: str, prefix: str) -> dict[str, Any]:
+    """An SFT arm's figures against the warm start: its gain in points (`gain_key`), McNemar's
+    p, greedy and first-attempt pass@1 and its training seconds."""
+    after = arm["eval"]
+    return {
+        gain_key: round(100 * (after["pass@1"] - before["pass@1"]), 1),
+        f"p_value_{prefix}": float(f"{paired_p(before, after):.3g}"),
+        f"pass_at_1_{prefix}": after["pass@1"],
+        f"first_attempt_{prefix}": after["first_attempt_pass@1"],
+        f"{prefix}_train_s": round(arm["seconds"], 1),
+    }
+
+
+def sft_arms_for(config: RunConfig, store, rl_seconds: float, root: Path, seed: int) -> dict[str, dict[str, Any]]:
+    """Arms (b) and (c): "sft" on the warm start's own kind of demonstrations, and
+    "oracle" on the oracle's fixes (the same arm as (b) when the warm start's are the oracle's)."""
+    arms = {"sft": continued_sft_arm(config, store, rl_seconds, root, seed, config.trainer.sft.demonstrations)}
+    if config.trainer.sft.demonstrations == "oracle":
+        arms["oracle"] = arms["sft"]
+    else:
+        arms["oracle"] = continued_sft_arm(config, store, rl_seconds, root, seed, "oracle")
+    return arms
+
+
+def continued_sft_arm(
+    config: RunConfig, store, rl_seconds: float, root: Path, seed: int, kind: DemonstrationKind
+) -> dict[str, Any]:
+    """Continued SFT on `kind` demonstrations from version 0 for the RL loop's wall time, then evaluated."""
     v0 = checkpoints.get(store, config.run, 0).uri
     start = time.monotonic()
-    sft_dir = continued_sft(config, v0, rl_seconds, root / "sft-continued")
+    sft_dir = continued_sft(config, v0, rl_seconds, root / f"sft-continued-{kind}", kind)
     seconds = time.monotonic() - start
-    sft_run = config.model_copy(update={"run": f"learning-sft-{seed}"})
+    sft_run = config.model_copy(update={"run": f"learning-sft-{kind}-{seed}"})
     checkpoints.publish(store, sft_run.run, 0, -1, str(sft_dir))
     result = asyncio.run(evaluate(sft_run, str(work_dir(config) / "corpus")))
     return {"eval": result, "seconds": seconds, "run": sft_run.run}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from benchmarks.learning import gain_figures, paired_outcomes, record_experiment
+from benchmarks.learning import gain_figures, paired_outcomes, record_experiment, sft_arm_figures
 from flows.cli import app
 from storage import shards
 from storage.fs import open_store
@@ -39,6 +39,15 @@ def test_the_figures_hold_the_gain_its_interval_and_the_p_value() -> None:
     assert figures["p_value"] < 0.05
     assert (figures["first_attempt_before"], figures["first_attempt_after"]) == (0.05, 0.12)
     assert figures["heldout_tasks"] == 100
+
+
+def test_an_sft_arm_reports_its_gain_over_the_warm_start_under_its_own_keys() -> None:
+    before = evaluation([f"t{i}" for i in range(10)], 100)
+    arm = {"eval": evaluation([f"t{i}" for i in range(4)], 100, first=0.03), "seconds": 301.26}
+    figures = sft_arm_figures(before, arm, "oracle_sft_points", "oracle_sft")
+    assert figures["oracle_sft_points"] == -6.0 and figures["pass_at_1_oracle_sft"] == 0.04
+    assert figures["first_attempt_oracle_sft"] == 0.03 and figures["oracle_sft_train_s"] == 301.3
+    assert 0 < figures["p_value_oracle_sft"] < 0.05  # 6 lost, none gained
 
 
 def test_each_experiment_appends_a_row_listed_with_and_without_a_run(tmp_path: Path) -> None:
