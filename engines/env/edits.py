@@ -19,6 +19,7 @@ import io
 import tokenize
 from dataclasses import dataclass
 
+from engines.env.parse import parse_module
 from engines.protocol import Action
 
 
@@ -66,7 +67,7 @@ def _replace(path: str, lines: list[str], action: Action) -> Edited | EditError:
 def function_lines(lines: list[str], name: str) -> tuple[int, int] | str:
     """1-based (first, last) line of the one function `name` in `lines`, or why not."""
     try:
-        tree = ast.parse("\n".join(lines))
+        tree = parse_module("\n".join(lines))
     except SyntaxError:
         return "the file does not parse, so its functions cannot be found; use a line number"
     found = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from engines.env.edits import line_tokens
+from engines.env.parse import parse_module
 from engines.env.types import Split, Task
 from engines.env.workspace import tree_hash, unified_diff
 from engines.protocol import Action
@@ -168,7 +169,7 @@ def _mutate(source: str, rng: random.Random) -> tuple[str, str, int] | None:
     """
     lines = source.split("\n")
     by_kind: dict[str, list[tuple[ast.stmt, ast.AST, int]]] = {}
-    for stmt in ast.walk(ast.parse(source)):
+    for stmt in ast.walk(parse_module(source)):
         if not isinstance(stmt, ast.stmt) or isinstance(stmt, ast.FunctionDef):
             continue
         old = lines[stmt.lineno - 1]
@@ -241,7 +242,7 @@ def plausible_edits(source: str, function: str) -> list[tuple[int, str, str]]:
     one of the generator's mutation kinds: the candidates a searcher who knows the bug
     kinds, but not the bug, would try. Distinct (line, text) pairs, in file order."""
     lines = source.rstrip("\n").split("\n")
-    tree = ast.parse(source)
+    tree = parse_module(source)
     func = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
     out: dict[tuple[int, str], str] = {}
     for stmt in ast.walk(func):
@@ -253,7 +254,7 @@ def plausible_edits(source: str, function: str) -> list[tuple[int, str, str]]:
             continue
         for index, node in enumerate(ast.walk(_root(stmt))):
             for kind, arg in _inverse_mutations(node):
-                copy = ast.parse(
+                copy = parse_module(
                     ast.unparse(stmt) if not isinstance(stmt, (ast.If, ast.For)) else _header(stmt) + " pass"
                 )
                 root = _root(copy.body[0])
@@ -516,7 +517,7 @@ def _with_leading_space(old_line: str, old: str, new: str) -> tuple[str, str]:
 def _enclosing_function(lines: list[str], line: int) -> tuple[str, tuple[int, int]]:
     """The name and (first, last) lines of the innermost function holding `line`."""
     best = None
-    for node in ast.walk(ast.parse("\n".join(lines))):
+    for node in ast.walk(parse_module("\n".join(lines))):
         inside = isinstance(node, ast.FunctionDef) and node.lineno <= line <= (node.end_lineno or node.lineno)
         if inside and (best is None or node.lineno > best.lineno):
             best = node

@@ -13,6 +13,8 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from engines.env.parse import parse_module
+
 _ARITH = {ast.Add: "-", ast.Sub: "+", ast.Mult: "//", ast.FloorDiv: "*", ast.Mod: "//", ast.BitAnd: "|", ast.BitOr: "&"}
 _ARITH_SYM = {
     ast.Add: "+",
@@ -54,7 +56,7 @@ class Mutation:
 def mutations(text: str) -> list[Mutation]:
     """Every mutation this module knows for `text` (empty when it does not parse)."""
     try:
-        tree = ast.parse(text)
+        tree = parse_module(text)
     except SyntaxError:
         return []
     data = text.encode()

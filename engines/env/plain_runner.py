@@ -33,6 +33,7 @@ import keyword
 from dataclasses import dataclass
 
 from engines.env.micro import TEST_CMD
+from engines.env.parse import parse_module
 from engines.env.sandbox import RunResult
 from engines.env.types import Task
 from engines.env.workspace import base_files
@@ -84,7 +85,7 @@ def runs_plain(task: Task) -> bool:
 def _plain_file(source: bytes, names: list[str]) -> bool:
     """The file holds only imports and plain test functions, each name in `names` defined once."""
     try:
-        tree = ast.parse(source)
+        tree = parse_module(source)
     except (SyntaxError, ValueError):
         return False
     defined: list[str] = []
