@@ -237,12 +237,6 @@ class RunSFTConfig(SFTConfig):
         "random order until the tests pass or env.edit_attempts run out, every attempt trained: the tools and the "
         "edit form, not the fixes; needs env.edit_attempts >= 1).",
     )
-    compile: bool = Field(
-        True,
-        description="torch.compile the warm start's forward and backward: 0.49 s a step instead of 0.71 on 2 cores, "
-        "for a one-time compile of about 70 s (15 s with inductor's cache warm); false for runs of a few hundred "
-        "steps. On CPU it needs a C++ compiler (refused at validation without one).",
-    )
     cache: bool = Field(
         True,
         description="Reuse a warm start made of the same inputs (tasks, demonstration and SFT settings, model shape, "

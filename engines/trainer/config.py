@@ -8,20 +8,12 @@ the policy must stay close to the one that generated the episodes.
 from __future__ import annotations
 
 import copy
-import os
-import shutil
 from typing import ClassVar, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from engines.trainer.warm_start_cache import SFT_TRAINER_FIELDS
-
-
-def c_compiler() -> str | None:
-    """The C++ compiler inductor would build CPU kernels with, if any is on PATH."""
-    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
-    return next((path for name in names if (path := shutil.which(name))), None)
 
 
 class SFTConfig(BaseModel):
@@ -41,12 +33,6 @@ class SFTConfig(BaseModel):
         description="Learning rate after warm-up: constant, or a cosine decay to 10% of lr at max_steps (needs max_steps).",
     )
     log_every: int = Field(10, ge=1, description="Print a progress line every this many steps.")
-    compile: bool = Field(
-        False,
-        description="Compile the model's forward and backward with torch.compile (dynamic shapes): about 30% less "
-        "time a step on the tiny CPU model, for a one-time compile of about 70 s (15 s with inductor's cache warm); "
-        "pays from a few hundred steps. On CPU it needs a C++ compiler.",
-    )
 
     @model_validator(mode="after")
     def _bounded(self) -> SFTConfig:
@@ -55,11 +41,6 @@ class SFTConfig(BaseModel):
         if self.schedule == "cosine" and self.max_steps is None:
             raise ValueError(
                 "sft.schedule = 'cosine' decays to max_steps: set sft.max_steps, or use schedule = 'constant'"
-            )
-        if self.compile and not torch.cuda.is_available() and not c_compiler():
-            raise ValueError(
-                "sft.compile = true: torch.compile on CPU builds C++ kernels and no compiler was found (g++, c++ or "
-                "$CXX); install one (apt-get install g++) or set sft.compile = false"
             )
         return self
 

@@ -7,10 +7,9 @@ pieces the agent loop produces in an episode: the prompt, each assistant turn as
 model emits it (content, then the template's end-of-turn token) and the template's
 text between turns. The loss covers the assistant turns only (their headers are part
 of the generation prompt), and with the system prompt the agent loop uses, so SFT
-teaches what RL then samples. Conversations are packed like RL episodes. With `compile`
-the forward runs through torch.compile. Training stops at `max_steps` or `max_seconds`,
-whichever comes first, printing a progress line every `log_every` steps; the weights
-are then exported like an RL step's.
+teaches what RL then samples. Conversations are packed like RL episodes. Training stops at
+`max_steps` or `max_seconds`, whichever comes first, printing a progress line every
+`log_every` steps; the weights are then exported like an RL step's.
 """
 
 from __future__ import annotations
@@ -89,11 +88,6 @@ def sft_train(model, episodes: list[TrainSequence], cfg: TrainerConfig, log=prin
     decay = sft.max_steps if sft.schedule == "cosine" else None
     opt, sched = make_optimizer(model, cfg, lr=sft.lr, warmup=sft.warmup_steps, decay_steps=decay)
     batches = length_grouped_batches([len(e) for e in episodes], sft.batch_size, random.Random(cfg.seed))
-    forward = model
-    if sft.compile:
-        # Rows vary in length from step to step: one dynamic-shape graph, not one per length.
-        log("[sft] compiling the model with torch.compile (the first step takes about a minute)")
-        forward = torch.compile(model, dynamic=True)
     losses: list[float] = []
     start = time.monotonic()
     step = 0
@@ -102,7 +96,7 @@ def sft_train(model, episodes: list[TrainSequence], cfg: TrainerConfig, log=prin
         sft.max_seconds is None or time.monotonic() - start < sft.max_seconds
     ):
         batch = make_batch([episodes[i] for i in next(batches)], cfg.seq_len, cfg.packing)
-        loss_sum, n = nll_sum(forward, batch)
+        loss_sum, n = nll_sum(model, batch)
         loss = loss_sum / n
         if not torch.isfinite(loss):
             opt.zero_grad(set_to_none=True)

@@ -47,12 +47,7 @@ def _rl_config(root: Path, run: str, steps: int = STEPS, **extra: Any) -> dict:
         "tasks": {"train_tasks": 32, "heldout_tasks": 4},
         "eval": {"tasks": 4, "samples": 1},
         "rl": {"steps": steps, "batch_size": 8, "group_size": 4, "async_level": 1},
-        "trainer": {
-            "packing": False,
-            "micro_batch_rows": 16,
-            "seq_len": 512,
-            "sft": {"max_steps": 5, "compile": False},
-        },
+        "trainer": {"packing": False, "micro_batch_rows": 16, "seq_len": 512, "sft": {"max_steps": 5}},
         **extra,
     }
 

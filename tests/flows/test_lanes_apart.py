@@ -100,12 +100,7 @@ def _config(root: str) -> dict:
         "tasks": {"train_tasks": 32, "heldout_tasks": 4},
         "eval": {"tasks": 4, "samples": 1},
         "rl": {"steps": STEPS, "batch_size": 8, "group_size": 4, "async_level": 1},
-        "trainer": {
-            "packing": False,
-            "micro_batch_rows": 16,
-            "seq_len": 512,
-            "sft": {"max_steps": 5, "compile": False},
-        },
+        "trainer": {"packing": False, "micro_batch_rows": 16, "seq_len": 512, "sft": {"max_steps": 5}},
         "lanes": {**LANES, "poll_interval_s": 1.0},
     }
 

@@ -33,12 +33,7 @@ def _config(root: Path, **rl) -> dict:
         "tasks": {"train_tasks": 64, "heldout_tasks": 8},
         "eval": {"tasks": 4, "samples": 2},
         "rl": {"steps": STEPS, "batch_size": 8, "group_size": 4, "async_level": 1, **rl},
-        "trainer": {
-            "packing": False,
-            "micro_batch_rows": 16,
-            "seq_len": 512,
-            "sft": {"max_steps": 5, "compile": False},
-        },
+        "trainer": {"packing": False, "micro_batch_rows": 16, "seq_len": 512, "sft": {"max_steps": 5}},
     }
 
 

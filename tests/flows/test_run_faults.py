@@ -54,7 +54,6 @@ async_level = {K}
 micro_batch_rows = 16
 [trainer.sft]
 max_steps = 5
-compile = false
 [retention]
 milestone_every = 3
 """

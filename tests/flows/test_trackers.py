@@ -107,7 +107,6 @@ micro_batch_rows = 16
 seq_len = 512
 [trainer.sft]
 max_steps = 5
-compile = false
 [metrics]
 sinks = ["wandb", "mlflow"]
 """

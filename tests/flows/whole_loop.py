@@ -57,7 +57,6 @@ OVERRIDES = [
     *("--trainer.micro_batch_rows", "16"),
     *("--trainer.sft.max_steps", "150"),
     *("--trainer.sft.batch_size", "16"),
-    *("--trainer.sft.compile", "false"),  # 150 steps: the compile would cost more than it saves
     # The curve pins the loop's mechanics, not the run's defaults: its warm start is the
     # oracle's `edit` demonstrations (warm_start below) and RL runs at the rate it was made at.
     *("--trainer.sft.edit_tool", "edit"),

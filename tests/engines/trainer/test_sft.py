@@ -56,40 +56,6 @@ def test_sft_lowers_the_loss_and_exports(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_compiled_sft_takes_the_steps_eager_sft_takes(tmp_path):
-    """sft.compile changes how a step is computed, not what it computes: rows of other lengths
-    every step (one dynamic-shape graph), per-step losses equal to eager's within float error.
-    One layer: inductor's first compile costs about 50 s here against 80 s for four."""
-    from engines.env.micro import generate_micro_tasks
-    from engines.env.micro_demos import oracle_messages
-    from engines.model.tiny import TinyModelConfig, create_tiny_model
-    from engines.trainer.sft import sft_train
-    from tests.tiny_model import TEXTS
-
-    model_dir = create_tiny_model(tmp_path / "one-layer", TEXTS, TinyModelConfig(num_layers=1))
-    tok = load_tokenizer(model_dir)
-    eps = [conversation_episode(tok, oracle_messages(t)) for t in generate_micro_tasks(160, seed=3)]
-    assert len({len(e) for e in eps}) > 4
-    runs = {}
-    for compiled in (False, True):
-        cfg = TrainerConfig(seq_len=512, sft=SFTConfig(max_steps=5, batch_size=32, log_every=1, compile=compiled))
-        lines: list[str] = []
-        runs[compiled] = (sft_train(load_moe_causal_lm(model_dir), eps, cfg, lines.append), lines)
-    (eager, _), (compiled, lines) = runs[False], runs[True]
-    assert lines[0].startswith("[sft] compiling the model")
-    np.testing.assert_allclose(compiled, eager, rtol=2e-3)
-    assert compiled[-1] < compiled[0]
-
-
-def test_compile_without_a_c_compiler_is_refused(monkeypatch):
-    monkeypatch.setenv("CXX", "no-such-compiler")
-    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    with pytest.raises(ValueError, match="sft.compile = true.*apt-get install g\\+\\+.*sft.compile = false"):
-        SFTConfig(max_steps=10, compile=True)
-    assert SFTConfig(max_steps=10).compile is False
-
-
-@pytest.mark.slow
 def test_sft_on_oracle_demonstrations_lowers_held_out_loss(tiny_model_dir, tmp_path):
     from engines.env.micro import generate_micro_tasks
     from engines.env.micro_demos import oracle_messages
