@@ -200,11 +200,12 @@ class RunSFTConfig(SFTConfig):
     depend on how busy the machine is."""
 
     max_steps: int | None = Field(
-        1500,
+        1300,
         ge=1,
-        description="Optimizer steps of the warm start (about 17 minutes on 2 cores). With spaced_change and "
-        "candidates demonstrations, 1500 steps write a valid single-token edit inside the named function first "
-        "in 66% of held-out tasks; at 600 steps the viewed forms have not yet learned to name the function.",
+        description="Optimizer steps of the warm start (about 15.5 minutes on 2 cores, so a run that builds it ends "
+        "within 30). With spaced_change and candidates demonstrations, 1500 steps write a valid single-token edit "
+        "inside the named function first in 66% of held-out tasks (README: the edit gate); at 600 steps the "
+        "viewed forms have not yet learned to name the function.",
     )
     max_seconds: float | None = Field(
         2400,
