@@ -84,7 +84,7 @@ class RLConfig(BaseModel):
     steps: int = Field(
         50,
         ge=1,
-        description="Optimizer steps of the run (each consumes one rollout shard); 50 take the tiny run 7-9 minutes "
+        description="Optimizer steps of the run (each consumes one rollout shard); 50 take the tiny run 6-9 minutes "
         "on 2 cores.",
     )
     async_level: int = Field(
