@@ -13,11 +13,11 @@ import logging
 import os
 import socket
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from engines.env.cgroup import CgroupCaps
 from engines.env.config import EnvConfig
 from engines.env.errors import SandboxUnavailableError
 from engines.env.grader import GradingPool
@@ -71,15 +71,30 @@ def fix_server(micro_tasks):
     server.close()
 
 
-def _tandem_cgroups() -> set[Path]:
-    return {d for c in ("pids", "memory") for d in Path(f"/sys/fs/cgroup/{c}/tandem-env").glob("*") if d.is_dir()}
+@pytest.fixture
+def made_cgroups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The cgroup directories this test's own sandboxes make, recorded as they are made.
+
+    Counting every group under `tandem-env/` instead would also see those of a sandbox in
+    the other test process, alive for as long as its test holds a warm sandbox."""
+    made: list[str] = []
+    create = CgroupCaps.create
+
+    def recorded(*args, **kwargs) -> CgroupCaps | None:
+        caps = create(*args, **kwargs)
+        made.extend(caps.dirs if caps else [])
+        return caps
+
+    monkeypatch.setattr(CgroupCaps, "create", recorded)
+    return made
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("warm", [True, False], ids=["warm-sandbox", "cold-sandbox"])
-def test_attacks_are_contained_and_graded_as_failures(micro_tasks, env_config, host_dir, fix_server, warm):
+def test_attacks_are_contained_and_graded_as_failures(
+    micro_tasks, env_config, host_dir, fix_server, made_cgroups, warm
+):
     env_config = env_config.model_copy(update={"warm_pytest": warm})
-    cgroups_before = _tandem_cgroups()  # a run killed earlier on this machine may have left empty ones
     net_task, port, connections = fix_server
     (host_dir / "fixed_module.py").write_text(_fixed_source(micro_tasks[4]))
     t = micro_tasks
@@ -149,12 +164,9 @@ def test_attacks_are_contained_and_graded_as_failures(micro_tasks, env_config, h
     assert "conftest.py" in results["conftest_rewrites_failures"].notes
     assert "test_m.py" in results["edit_tests"].notes
     assert "timed out" in results["sleep_past_timeout"].notes
-    # The pool removed every cgroup it made. A sandbox of a test in the other xdist worker
-    # may hold one of its own at this moment: it is gone once that sandbox ends, a leak is not.
-    deadline = time.monotonic() + 15
-    while (left := _tandem_cgroups() - cgroups_before) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert left == set()
+    # The pool removed every cgroup it made.
+    assert made_cgroups, "the sandboxes ran without cgroups"
+    assert [d for d in made_cgroups if os.path.isdir(d)] == []
 
 
 def test_a_run_leaves_nothing_behind_for_the_next_run_in_a_warm_sandbox(micro_tasks, env_config):
