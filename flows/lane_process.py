@@ -11,6 +11,10 @@ applied twice. This is the process-level equivalent of Prefect's flow retries:
 Prefect retries a failed flow inside the process that ran it, which a killed process
 cannot do, so every start is a new child flow run of the same parent and the count
 of starts is bounded here.
+
+The supervisor, not the lane, holds the machine's training slot, for all of the lane's
+starts: a killed lane would otherwise keep it until its lease ran out (SLOT_LEASE_S,
+a minute), and its restart would wait that long for it.
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ import signal
 import sys
 from pathlib import Path
 
+from prefect.concurrency.asyncio import concurrency
+
 from engines.lifetime import exit_with_parent, owner_env, signal_group
 from engines.trainer.lane import LaneConfig
 from flows.metrics import MetricsConfig
 from flows.prefect_child import create_child_run
 from flows.trainer_lane import trainer_lane
+from tasks.limits import SLOT_LEASE_S, TRAINING_LIMIT
 from tasks.progress import say
 
 
@@ -39,7 +46,7 @@ class TrainerProcess:
         metrics: MetricsConfig | None = None,
     ) -> None:
         config_file.write_text(cfg.model_dump_json(indent=1))
-        self.cmd = [sys.executable, "-m", "flows.trainer_lane", "--config", str(config_file)]
+        self.cmd = [sys.executable, "-m", "flows.trainer_lane", "--config", str(config_file), "--slot-held"]
         trackers = metrics if metrics is not None and metrics.writes() else None
         if trackers is not None:
             self.cmd += ["--metrics", trackers.model_dump_json()]
@@ -47,6 +54,7 @@ class TrainerProcess:
         self.parameters = {
             "config": cfg.model_dump(mode="json"),
             "metrics": None if trackers is None else trackers.model_dump(mode="json"),
+            "slot_held": True,
         }
         # Generation and training get their own cores: torch in each trainer rank
         # (`trainer.processes` of them) uses `threads`.
@@ -68,7 +76,12 @@ class TrainerProcess:
         self.parent = os.getpid()
 
     async def run(self) -> None:
-        """Run until the lane exits cleanly; restart it when it dies."""
+        """Run until the lane exits cleanly; restart it when it dies. Holds the training
+        slot meanwhile."""
+        async with concurrency(TRAINING_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S):
+            await self._supervise()
+
+    async def _supervise(self) -> None:
         while True:
             child = await create_child_run(trainer_lane, self.parameters)
             cmd = self.cmd if child is None else [*self.cmd, "--flow-run-id", str(child.flow_run.id)]

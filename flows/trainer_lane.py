@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import nullcontext
 
 from prefect import flow
 from prefect.concurrency.sync import concurrency
@@ -23,11 +24,14 @@ from tasks.trainer import torchrun_steps, train_step, wait_for_rollouts
 
 
 @flow(name="trainer-lane", log_prints=True)
-def trainer_lane(config: LaneConfig, metrics: MetricsConfig | None = None) -> list[dict]:
+def trainer_lane(config: LaneConfig, metrics: MetricsConfig | None = None, slot_held: bool = False) -> list[dict]:
+    """`slot_held`: the process that started this lane holds the training slot for it
+    (flows/lane_process.py), across the lane's restarts."""
     # One trainer owns the machine's cores or devices for its whole life. Taking the slot
     # once per step instead cost about 2 s per step: right after a release Prefect's
     # slot accounting still refuses the next acquisition for a while.
-    with concurrency(TRAINING_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S):
+    slot = nullcontext() if slot_held else concurrency(TRAINING_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S)
+    with slot:
         if config.trainer.processes > 1:
             torchrun_steps(config, config.trainer.processes)
             return []
@@ -72,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         help="Run this flow run (created by the rl flow as its child, with the same parameters) "
         "instead of a new top-level one.",
     )
+    parser.add_argument(
+        "--slot-held",
+        action="store_true",
+        help="The process that started this lane holds the training slot for it (flows/lane_process.py).",
+    )
     args = parser.parse_args(argv)
     # Started by a run (flows/lane_process.py): this lane and torchrun under it end with the run.
     end_with_owner()
@@ -80,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cfg = LaneConfig.from_file(args.config)
     metrics = MetricsConfig.model_validate_json(args.metrics) if args.metrics else None
-    trainer_lane(cfg, metrics)
+    trainer_lane(cfg, metrics, slot_held=args.slot_held)
     return 0
 
 

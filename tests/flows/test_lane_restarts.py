@@ -25,6 +25,7 @@ def test_a_failing_trainer_lane_is_restarted_lanes_max_restarts_times_under_its_
     from flows.lane_process import TrainerProcess
     from flows.lanes_config import LanesConfig
     from flows.prefect_setup import ensure_limits
+    from tasks.limits import TRAINING_LIMIT
 
     for key, value in prefect_server.items():  # the lane processes read the environment
         monkeypatch.setenv(key, value)
@@ -52,8 +53,13 @@ def test_a_failing_trainer_lane_is_restarted_lanes_max_restarts_times_under_its_
                 flow_filter=FlowFilter(name=FlowFilterName(any_=["trainer-lane"])),
                 flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_id])),
             )
+            training_slots = client.read_global_concurrency_limit_by_name(TRAINING_LIMIT).active_slots
     # One child flow run per start (the first and one restart), each run by the lane
     # process itself and failed there, with the parameters the parent gave it.
     assert len(children) == lanes.max_restarts + 1
     assert all(c.state.is_failed() for c in children), [c.state for c in children]
     assert all(c.parameters["config"]["run"] == "restarts" for c in children)
+    # The parent held the training slot for every start (a killed lane cannot keep it
+    # from its restart) and gave it back when it gave up.
+    assert all(c.parameters["slot_held"] for c in children)
+    assert training_slots == 0
