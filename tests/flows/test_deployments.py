@@ -1,7 +1,9 @@
 """Every deployment of prefect.yaml and each of its schedules, run once the way a user
 runs them: `prefect deploy --all` against a real Prefect server, process workers on
 the three pools, and flow runs created through the Prefect API with the parameters a
-user would pass. Each must end Completed with its work in the lake or on disk.
+user would pass. Each must end Completed with its work in the lake or on disk. The
+first rl run has its trainer lane SIGKILLed mid-run: it completes anyway, with every
+step's shard once and the staleness bound kept.
 
 One server, one set of workers and one lake serve the whole module (the tests build
 on each other in file order: the rl runs are the finished runs that the evaluation,
@@ -9,6 +11,7 @@ re-grade and re-train deployments read)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -224,15 +227,68 @@ def test_default_corpus_builds_tasks_from_a_local_project(prefect, tmp_path):
     assert all(t.patch and "shapes/__init__.py" in t.patch and t.FAIL_TO_PASS for t in tasks)
 
 
-def test_rl_deployment_completes_with_its_trainer_lane_under_it_and_a_watchable_curve(prefect, lake):
-    flow_run = run_deployment(prefect, "rl/tiny-moe", {"config": _rl_config(lake, "trained")})
+def _trainer_lane_pids(marker: str) -> set[int]:
+    """Live trainer lane processes whose command line holds `marker`."""
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        if "flows.trainer_lane" in cmd and marker in cmd:
+            pids.add(int(proc.name))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def trained(prefect: dict[str, str], lake: Path) -> dict[str, Any]:
+    """The rl deployment's run "trained", its trainer lane SIGKILLed once a version is
+    published: the flow run, the version the lane was killed after and whether another
+    lane was started. The later tests read this run."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment as create
+
+    marker = str(lake / "trained")
+    store = open_store(str(lake))
+    killed_at, killed, restarted = None, set(), False
+    deadline = time.monotonic() + 600
+    with _api(prefect), get_client(sync_client=True) as client:
+        flow_run = create("rl/tiny-moe", parameters={"config": _rl_config(lake, "trained")}, timeout=0)
+        while not (flow_run := client.read_flow_run(flow_run.id)).state.is_final():
+            assert time.monotonic() < deadline, "the rl run did not finish in 10 minutes"
+            if killed_at is None:
+                latest = checkpoints.latest(store, "trained") if (lake / "trained").exists() else None
+                if latest is not None and latest.version >= 1 and (killed := _trainer_lane_pids(marker)):
+                    for pid in killed:
+                        os.kill(pid, signal.SIGKILL)
+                    # Read after the kill: a version the lane published meanwhile counts as before it.
+                    killed_at = checkpoints.latest(store, "trained").version
+            elif not restarted:
+                # A trainer lane other than the killed one: the run started it again. It has
+                # versions left to publish (killed_at < STEPS), so it lives long enough to be seen.
+                restarted = bool(_trainer_lane_pids(marker) - killed)
+            time.sleep(0.2)
+    return {"flow_run": flow_run, "killed_at": killed_at, "restarted": restarted}
+
+
+def test_invalid_parameters_are_rejected_when_the_run_is_created(prefect, tmp_path):
+    from prefect.deployments import run_deployment as create
+
+    bad = _rl_config(tmp_path, "rejected")
+    bad["rl"]["batch_size"] = 6  # not a multiple of group_size 4
+    with _api(prefect), pytest.raises(Exception, match="batch_size"):
+        asyncio.run(create("rl/tiny-moe", parameters={"config": bad}, timeout=0))
+
+
+def test_rl_deployment_completes_with_its_trainer_lane_under_it_and_a_watchable_curve(prefect, lake, trained):
+    flow_run = trained["flow_run"]
     _completed(flow_run)
     lake_view = connect(open_store(str(lake)), "trained")
     assert lake_view.sql("SELECT step, count(*) FROM steps GROUP BY step ORDER BY step").fetchall() == [
         (s, 1) for s in range(STEPS)
     ]
     assert checkpoints.latest(open_store(str(lake)), "trained").version == STEPS
-    # The trainer lane's flow run is a child of the rl run, and it did the training.
+    # The trainer lane's flow runs are children of the rl run, and one of them finished the training.
     lanes = _children(prefect, flow_run.id, "trainer-lane")
     assert lanes and all(lane.parent_task_run_id is not None for lane in lanes)
     assert any(lane.state.is_completed() for lane in lanes), [lane.state for lane in lanes]
@@ -242,6 +298,33 @@ def test_rl_deployment_completes_with_its_trainer_lane_under_it_and_a_watchable_
     assert len(curves) >= 3, f"{len(curves)} versions of the reward curve before the run ended"
     assert len(_artifact_versions(prefect, steps_key("trained"))) >= 3
     assert curve_key("trained") in summary.data and steps_key("trained") in summary.data
+
+
+def test_deployed_run_survives_a_killed_trainer_lane(lake, trained):
+    _completed(trained["flow_run"])
+    # Versions run 0 .. STEPS: killed before the last one was published, so a restarted
+    # lane published the rest.
+    killed_at = trained["killed_at"]
+    assert killed_at is not None and killed_at < STEPS, f"the trainer lane was not killed mid-run ({killed_at=})"
+    assert trained["restarted"], "no trainer lane was started again after the kill"
+    store = open_store(str(lake))
+    lake_view = connect(store, "trained")
+    shards = lake_view.sql(
+        "SELECT step, count(DISTINCT filename) AS files, count(*) AS episodes "
+        "FROM read_parquet('" + str(lake / "trained/rollouts/*/*.parquet") + "', filename=true) "
+        "GROUP BY step ORDER BY step"
+    ).fetchall()
+    assert shards == [(s, 1, 8) for s in range(STEPS)]
+    # The advantages each step trained on, one row per episode, recorded by the trainer.
+    assert lake_view.sql("SELECT step, count(*) FROM advantages GROUP BY step ORDER BY step").fetchall() == [
+        (s, 8) for s in range(STEPS)
+    ]
+    assert lake_view.sql("SELECT max(step - min_policy_version) FROM rollouts").fetchall()[0][0] <= 1
+    # Reproducible from the lake: the start's config, code version and corpus, and every episode's patch.
+    ((kind, config, code, corpus),) = lake_view.sql("SELECT kind, config, code_version, corpus_id FROM runs").fetchall()
+    assert kind == "rl" and json.loads(config)["rl"]["steps"] == STEPS and code.startswith(("git:", "tandem-rl "))
+    assert corpus.startswith("sha256:")
+    assert lake_view.sql("SELECT count(*) FROM rollouts WHERE patch IS NULL AND NOT infra_failure").fetchall() == [(0,)]
 
 
 def test_lanes_as_deployments_run_under_the_rl_run(prefect, lake):
