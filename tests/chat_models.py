@@ -70,6 +70,8 @@ FAMILIES: dict[str, TemplateFamily] = {
         end_of_turn="<|eot_id|>",
     ),
 }
+# The family whose run also carries the trackers (tests/flows/test_trackers.py), one run for both.
+TRACKED_FAMILY = "chatml"
 
 
 def _texts() -> list[str]:

@@ -1,5 +1,7 @@
 """W&B and MLflow through a real `tandem run` (the suite's Prefect server, vLLM server,
-sandboxed grading, trainer lane process) with `metrics.sinks = ["wandb", "mlflow"]`:
+sandboxed grading, trainer lane process) with `metrics.sinks = ["wandb", "mlflow"]`,
+from a model of the ChatML template family (the same run is that family's case of
+test_run_chat_templates.py):
 the W&B offline run files and the MLflow store it leaves, read back with each
 library's own reader, hold every step's metrics exactly as the lake's `steps` table
 does, and the held-out evaluation table as the run stored it. A sink whose library is
@@ -31,6 +33,8 @@ from flows.metrics import MetricsConfig, metric_name
 from flows.trackers import EVALUATION_TABLE
 from storage.fs import open_store
 from storage.query import connect
+from tests.chat_models import TRACKED_FAMILY, build_chat_model
+from tests.flows.test_run_chat_templates import check_chat_run
 
 REPO = Path(__file__).resolve().parents[2]
 RUN, STEPS = "tracked", 2
@@ -85,13 +89,15 @@ def wandb_run_file(root: Path, lane: str) -> Path:
 # --- the run -------------------------------------------------------------------------
 
 
-def _config(root: Path) -> str:
+def _config(root: Path, model_dir: Path) -> str:
     return f"""
 run = "{RUN}"
 [storage]
 root = "{root}"
+[model]
+path = "{model_dir}"
 [tasks]
-train_tasks = 64
+train_tasks = 32
 heldout_tasks = 4
 [eval]
 tasks = 4
@@ -102,11 +108,7 @@ batch_size = 8
 group_size = 4
 async_level = 1
 [trainer]
-packing = false
 micro_batch_rows = 16
-seq_len = 512
-[trainer.sft]
-max_steps = 5
 [metrics]
 sinks = ["wandb", "mlflow"]
 """
@@ -116,7 +118,7 @@ sinks = ["wandb", "mlflow"]
 def tracked_run(tmp_path_factory: pytest.TempPathFactory, prefect_server: dict[str, str]) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("trackers")
     root, config = tmp / "lake", tmp / "run.toml"
-    config.write_text(_config(root))
+    config.write_text(_config(root, build_chat_model(TRACKED_FAMILY, tmp / TRACKED_FAMILY)))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "WANDB_", "MLFLOW_"))}
     env |= {**prefect_server, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}  # the suite's Prefect server
     done = subprocess.run(
@@ -138,6 +140,15 @@ def tracked_run(tmp_path_factory: pytest.TempPathFactory, prefect_server: dict[s
     )
     evals = {name: json.loads((root / RUN / "evals" / f"{name}.json").read_text()) for name in ("before", "after")}
     return {"root": root, "output": output, "steps": steps, "greedy": greedy, "evals": evals}
+
+
+@pytest.mark.slow
+@pytest.mark.prefect
+@pytest.mark.vllm
+@pytest.mark.sandbox
+@pytest.mark.chat_template
+def test_a_two_step_run_from_a_model_with_its_own_chat_template_chatml(tracked_run: dict[str, Any]) -> None:
+    check_chat_run(tracked_run["output"], tracked_run["root"], RUN, TRACKED_FAMILY)
 
 
 def lake_metrics(row: dict[str, Any]) -> dict[str, float]:
