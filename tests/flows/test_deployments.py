@@ -6,7 +6,7 @@ first rl run has its trainer lane SIGKILLed mid-run: it completes anyway, with e
 step's shard once and the staleness bound kept.
 
 One server, one set of workers and one lake serve the whole module (the tests build
-on each other in file order: the rl runs are the finished runs that the evaluation,
+on each other in file order: the rl run is the finished run that the evaluation,
 re-grade and re-train deployments read)."""
 
 from __future__ import annotations
@@ -110,7 +110,15 @@ def prefect(prefect_server: dict[str, str], tmp_path_factory: pytest.TempPathFac
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("lake")
+    """The module's lake, holding from the start an rl run that started before any of
+    the module's own (recorded, never trained): `newest` must pass it over."""
+    from flows.config import RunConfig
+    from flows.provenance import start_record
+
+    root = tmp_path_factory.mktemp("lake")
+    earlier = RunConfig(run="earlier", storage={"root": str(root)})
+    runs.record_start(open_store(str(root)), "earlier", start_record(earlier, "rl", None))
+    return root
 
 
 def _api(env: dict[str, str]):
@@ -327,19 +335,6 @@ def test_deployed_run_survives_a_killed_trainer_lane(lake, trained):
     assert lake_view.sql("SELECT count(*) FROM rollouts WHERE patch IS NULL AND NOT infra_failure").fetchall() == [(0,)]
 
 
-def test_lanes_as_deployments_run_under_the_rl_run(prefect, lake):
-    lanes = {"rollout_deployment": "rollout-host/remote", "trainer_deployment": "trainer-lane/remote"}
-    config = _rl_config(lake, "apart", steps=2, lanes={**lanes, "poll_interval_s": 1.0})
-    flow_run = run_deployment(prefect, "rl/tiny-moe", {"config": config})
-    _completed(flow_run)
-    for flow_name in ("rollout-host", "trainer-lane"):
-        children = _children(prefect, flow_run.id, flow_name)
-        assert [c.state.is_completed() for c in children] == [True], (flow_name, [c.state for c in children])
-    lake_view = connect(open_store(str(lake)), "apart")
-    assert lake_view.sql("SELECT count(DISTINCT step) FROM rollouts").fetchall() == [(2,)]
-    assert checkpoints.latest(open_store(str(lake)), "apart").version == 2
-
-
 def _schedule_on_server(env: dict[str, str], deployment: str) -> dict:
     from prefect.client.orchestration import get_client
 
@@ -358,10 +353,12 @@ def test_nightly_evaluation_evaluates_the_newest_runs_newest_weights(prefect, la
     )
     _completed(flow_run)
     store = open_store(str(lake))
-    newest = checkpoints.latest(store, "apart").version  # "apart" started last
-    assert store.fs.exists(store.path(f"apart/evals/version={newest}.json"))
+    newest = checkpoints.latest(store, "trained").version  # "trained" started after "earlier"
+    assert store.fs.exists(store.path(f"trained/evals/version={newest}.json"))
     rows = (
-        connect(store, "apart").sql("SELECT DISTINCT version FROM evaluations WHERE evaluation = 'evaluate'").fetchall()
+        connect(store, "trained")
+        .sql("SELECT DISTINCT version FROM evaluations WHERE evaluation = 'evaluate'")
+        .fetchall()
     )
     assert rows == [(newest,)]
 
@@ -388,11 +385,11 @@ def test_nightly_regrade_regrades_the_newest_run(prefect, lake):
     )
     _completed(flow_run)
     store = open_store(str(lake))
-    (regrade,) = [r for r in os.listdir(lake) if r.startswith("apart-rescore-")]
-    episodes = connect(store, "apart").sql("SELECT count(*) FROM rollouts").fetchall()[0][0]
+    (regrade,) = [r for r in os.listdir(lake) if r.startswith("trained-rescore-")]
+    episodes = connect(store, "trained").sql("SELECT count(*) FROM rollouts").fetchall()[0][0]
     rescored = connect(store, regrade).sql("SELECT count(*) FROM rescores").fetchall()[0][0]
-    assert episodes == 16 and rescored == episodes
-    assert runs.latest_start(store, regrade)["source_run"] == "apart"
+    assert episodes == 8 * STEPS and rescored == episodes
+    assert runs.latest_start(store, regrade)["source_run"] == "trained"
 
 
 def test_regrade_of_a_named_run(prefect, lake):
@@ -427,6 +424,8 @@ def test_retrain_trains_a_new_run_on_a_finished_runs_episodes(prefect, lake):
 
 
 def test_tandem_eval_evaluates_a_finished_run(prefect, lake):
+    result = lake / "trained" / "evals" / f"version={STEPS}.json"  # the nightly evaluation wrote one too
+    started = time.time()
     done = subprocess.run(
         [
             sys.executable,
@@ -450,6 +449,7 @@ def test_tandem_eval_evaluates_a_finished_run(prefect, lake):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "[eval]" in done.stdout
+    assert result.stat().st_mtime >= started, "tandem eval did not write the run's evaluation"
     rows = (
         connect(open_store(str(lake)), "trained")
         .sql("SELECT version, pass, count(*) FROM evaluations WHERE evaluation = 'evaluate' GROUP BY ALL ORDER BY pass")

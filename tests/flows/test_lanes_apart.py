@@ -4,7 +4,8 @@ own working directory, HOME and temporary folder; they share only the moto S3 se
 the Prefect API and HTTP. The trainer's machine dies mid-run (worker and lane killed),
 its run is marked Crashed (what an operator or a heartbeat automation does), and a
 third machine's worker takes the resubmitted lane, which resumes at its last step from
-the state in the lake. Every step's shard is present exactly once."""
+the state in the lake. Every step's shard is present exactly once, and the lanes'
+flow runs are children of the rl run (the deployment tests' lanes case)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -145,23 +147,23 @@ def _mark_running_trainer_lanes_crashed(client) -> int:
     return len(runs)
 
 
-@pytest.mark.slow
-@pytest.mark.s3
-@pytest.mark.prefect
-@pytest.mark.vllm
-@pytest.mark.sandbox
-@pytest.mark.cluster
-@pytest.mark.timeout(900)
-def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(
-    prefect_server: dict[str, str], s3_server: dict[str, str], s3_bucket: str, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def apart_run(
+    prefect_server: dict[str, str], s3_server: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """The run, its trainer's machine crashed once a version is out: its flow run's final
+    state and id, the version it was killed after, each host's worker log and HOME."""
+    import boto3
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     env = {**prefect_server, **s3_server}
     _deploy(env)
-    root = f"s3://{s3_bucket}/lake"
+    bucket = "t-lanes-apart"
+    boto3.client("s3", endpoint_url=s3_server["AWS_ENDPOINT_URL"]).create_bucket(Bucket=bucket)
+    root = f"s3://{bucket}/lake"
     store = open_store(root)
+    tmp_path = tmp_path_factory.mktemp("hosts")
     hosts = {
         "control": Host(tmp_path / "control", "tandem-process", env),
         "rollout": Host(tmp_path / "rollout", "tandem-rollout", env),
@@ -188,12 +190,32 @@ def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(
                         hosts["trainer-c"] = Host(tmp_path / "trainer-c", "tandem-trainer", env)
                     time.sleep(0.5)
         logs = {name: host.log_path.read_text(errors="replace") for name, host in hosts.items()}
-        assert state.is_completed(), f"rl run ended {state.type}: {state.message}\n" + logs["control"][-4000:]
     finally:
         for host in hosts.values():
             host.interrupt()
         for host in hosts.values():
             host.stop()
+    return {
+        "state": state,
+        "flow_run_id": flow_run_id,
+        "killed_at": killed_at,
+        "logs": logs,
+        "homes": {name: host.home for name, host in hosts.items()},
+        "store": store,
+        "env": env,
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.s3
+@pytest.mark.prefect
+@pytest.mark.vllm
+@pytest.mark.sandbox
+@pytest.mark.cluster
+@pytest.mark.timeout(900)  # the run's: the first test that asks for it sets it up
+def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(apart_run: dict[str, Any]) -> None:
+    state, logs, killed_at, store = apart_run["state"], apart_run["logs"], apart_run["killed_at"], apart_run["store"]
+    assert state.is_completed(), f"rl run ended {state.type}: {state.message}\n" + logs["control"][-4000:]
     assert killed_at is not None and killed_at < STEPS, "the trainer's machine was not killed mid-run"
 
     # The third machine's trainer resumed from the lake's state, not from step 0.
@@ -213,7 +235,38 @@ def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(
     assert checkpoints.latest(store, RUN).version == STEPS
     # Each machine kept its files in its own folders: weights pulled by the rollout host
     # into its bounded cache, trainer state on the trainer hosts (and in the lake).
-    cache = hosts["rollout"].home / ".cache/tandem-rl/work" / RUN / "weights"
+    cache = apart_run["homes"]["rollout"] / ".cache/tandem-rl/work" / RUN / "weights"
     assert 1 <= len([p for p in cache.iterdir() if p.name.startswith("v")]) <= 3
-    assert (hosts["trainer-c"].home / ".cache/tandem-rl/work" / RUN / "trainer_state").is_dir()
+    assert (apart_run["homes"]["trainer-c"] / ".cache/tandem-rl/work" / RUN / "trainer_state").is_dir()
     assert store.fs.glob(store.path(RUN, "trainer_state", "step-*", "progress.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.s3
+@pytest.mark.prefect
+@pytest.mark.vllm
+@pytest.mark.sandbox
+@pytest.mark.deployments
+@pytest.mark.timeout(900)
+def test_lanes_as_deployments_run_under_the_rl_run(apart_run: dict[str, Any]) -> None:
+    """The lanes' flow runs are children of the rl run: the rollout host's once, completed;
+    the trainer lane's twice, the crashed machine's and the one that finished."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterParentFlowRunId
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    assert apart_run["state"].is_completed()
+    children = {}
+    with (
+        temporary_settings(updates={PREFECT_API_URL: apart_run["env"]["PREFECT_API_URL"]}),
+        get_client(sync_client=True) as client,
+    ):
+        for flow_name in ("rollout-host", "trainer-lane"):
+            children[flow_name] = client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name])),
+                flow_run_filter=FlowRunFilter(
+                    parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[apart_run["flow_run_id"]])
+                ),
+            )
+    assert [c.state.type.value for c in children["rollout-host"]] == ["COMPLETED"]
+    assert sorted(c.state.type.value for c in children["trainer-lane"]) == ["COMPLETED", "CRASHED"]
