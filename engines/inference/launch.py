@@ -23,6 +23,7 @@ VLLM_PYTHON_ENV = "TANDEM_VLLM_PYTHON"
 # Worker extension loaded by local servers (see the module): exact in-place reloads.
 EXTENSION_DIR = Path(__file__).parent / "vllm_extension"
 EXTENSION_CLASS = "tandem_vllm_extension.ExactReloadExtension"
+FORK_ENGINE_ENV = "TANDEM_VLLM_FORK_ENGINE"  # read by the folder's platform plugin
 
 
 class UnsupportedOption(RuntimeError):
@@ -174,6 +175,8 @@ def server_environment(cfg: InferenceConfig, cpu_build: bool, index: int = 0) ->
             # The CPU platform keeps the uniprocess executor only with this set; the API
             # server still runs its engine core in a process of its own.
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            # Fork the engine core instead of spawning it (vllm_extension/tandem_vllm_platform.py).
+            env[FORK_ENGINE_ENV] = "1"
             if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
                 env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpu_cores_for(index, cfg.server_threads)))
     return env

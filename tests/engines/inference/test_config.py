@@ -166,14 +166,18 @@ def test_disaggregation_options_that_would_be_ignored_are_refused() -> None:
 
 def test_one_cpu_rank_runs_its_model_in_the_engine_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    monkeypatch.delenv(launch.FORK_ENGINE_ENV, raising=False)
     one = InferenceConfig(model_dir="m")
     assert " ".join(launch.server_command(one, "py", 8000, cpu_build=True)).endswith(
         "--distributed-executor-backend uni"
     )
-    assert launch.server_environment(one, cpu_build=True)["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    env = launch.server_environment(one, cpu_build=True)
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and env[launch.FORK_ENGINE_ENV] == "1"
     two = InferenceConfig(model_dir="m", cluster={"tensor_parallel_size": 2})
     assert "--distributed-executor-backend" not in launch.server_command(two, "py", 8000, cpu_build=True)
-    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in launch.server_environment(two, cpu_build=True)
+    env = launch.server_environment(two, cpu_build=True)
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env and launch.FORK_ENGINE_ENV not in env
+    assert launch.FORK_ENGINE_ENV not in launch.server_environment(one, cpu_build=False)
     assert "--distributed-executor-backend" not in launch.server_command(one, "py", 8000, cpu_build=False)
     passed = {"extra_server_args": ["--distributed-executor-backend", "mp"]}
     with pytest.raises(launch.UnsupportedOption, match="--distributed-executor-backend"):
