@@ -49,8 +49,7 @@ from transformers import PreTrainedTokenizerBase
 
 from engines.inference.client import RequestRejected, ServerUnavailable
 from engines.inference.config import InferenceConfig
-from engines.inference.server_pool import ServerPool
-from engines.inference.types import Episode, EpisodeEnv, FinishReason, Observation, SamplingParams
+from engines.inference.types import Episode, EpisodeEnv, FinishReason, Generator, Observation, SamplingParams
 from engines.model.chat_format import ChatFormat, Message
 from engines.protocol import InvalidAction
 from engines.tool_calls import TOOL_SCHEMAS, protocol_text
@@ -80,11 +79,11 @@ class EpisodeRequest:
 
 
 class AgentLoop:
-    """Runs episodes on a server pool with the limits and sampling of `cfg`."""
+    """Runs episodes on a generator (a server pool) with the limits and sampling of `cfg`."""
 
     def __init__(
         self,
-        pool: ServerPool,
+        pool: Generator,
         tokenizer: PreTrainedTokenizerBase,
         cfg: InferenceConfig,
         allowed_token_ids: Sequence[int] | None = None,
@@ -184,7 +183,7 @@ class AgentLoop:
             ep.generation_s += time.monotonic() - t0
             ep.completion_ids += turn.token_ids
             ep.loss_mask += [True] * len(turn.token_ids)
-            ep.completion_logprobs += turn.logprobs
+            ep.completion_logprobs += turn.logprobs[::-1]
             ep.policy_versions.append(turn.weight_version)
             ep.num_turns += 1
             if turn.routed_experts is not None:

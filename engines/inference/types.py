@@ -1,5 +1,6 @@
 """Plain data exchanged by the inference engine: sampling parameters, one completion,
-one episode, and the `EpisodeEnv` protocol the agent loop drives.
+one episode, the `EpisodeEnv` protocol the agent loop drives and the `Generator`
+protocol it samples from.
 
 Data only; no I/O. The environment implementation lives elsewhere
 (`engines.env.session.EnvSession`); this package only relies on the protocol.
@@ -63,6 +64,21 @@ class Completion:
     routed_experts: np.ndarray | None = (
         None  # [positions, layers, top_k] from routed_experts_prompt_start on, when enabled
     )
+
+
+class Generator(Protocol):
+    """What the agent loop samples its turns from: `ServerPool` (vLLM servers), or any
+    other sampler that keeps a session's turns on one model (tests use an in-process one)."""
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        session_id: str | None = None,
+        routed_experts_start: int | None = None,
+    ) -> Completion: ...
+
+    def release_session(self, session_id: str) -> None: ...
 
 
 @dataclass
