@@ -183,7 +183,7 @@ class AgentLoop:
             ep.generation_s += time.monotonic() - t0
             ep.completion_ids += turn.token_ids
             ep.loss_mask += [True] * len(turn.token_ids)
-            ep.completion_logprobs += turn.logprobs[::-1]
+            ep.completion_logprobs += turn.logprobs
             ep.policy_versions.append(turn.weight_version)
             ep.num_turns += 1
             if turn.routed_experts is not None:
