@@ -41,4 +41,5 @@ def test_one_rank_servers_fork_their_engine_core_and_others_keep_vllms_spawn() -
         return
     assert _platform(launch.server_environment(one, cpu_build=True)) == ["ForkedEngineCpuPlatform", "fork"]
     two = InferenceConfig(model_dir="m", cluster={"tensor_parallel_size": 2})
-    assert _platform(launch.server_environment(two, cpu_build=True)) == ["CpuPlatform", "spawn"]
+    builtin, method = _platform(launch.server_environment(two, cpu_build=True))
+    assert builtin != "ForkedEngineCpuPlatform" and method == "spawn"  # CpuPlatform (ZenCpuPlatform on AMD Zen)
