@@ -423,11 +423,18 @@ def generate_micro_tasks(n: int, seed: int, split: Split = "train") -> list[Task
 
 
 EditTool = Literal[
-    "edit", "replace", "short_replace", "line_change", "function_change", "viewed_change", "spaced_change"
+    "edit",
+    "replace",
+    "short_replace",
+    "line_change",
+    "function_change",
+    "viewed_change",
+    "spaced_change",
+    "spaced_line_change",
 ]
 EDIT_FORMS: tuple[str, ...] = EditTool.__args__
 # The forms whose episodes first view the named function (micro_demos.py: opening).
-VIEWED_FORMS = ("viewed_change", "spaced_change")
+VIEWED_FORMS = ("viewed_change", "spaced_change", "spaced_line_change")
 # Who writes the warm start's demonstrations: the oracle (the fix, engines/env/micro_demos.py
 # feedback_demonstrations) or the uniform-candidate demonstrator (candidate_demonstrations).
 DemonstrationKind = Literal["oracle", "candidates"]
@@ -448,14 +455,19 @@ def line_edit(source: str, line: int, text: str, tool: EditTool = "edit") -> Act
     `spaced_change` is `viewed_change` with OLD and NEW keeping the space before their
     first token: written on a line of its own, " + 5" is the same BPE tokens as in the
     view (" +", " 5") where "+ 5" is not ("+" is another token), so OLD is a copy of
-    the view's tokens, not a translation of them."""
+    the view's tokens, not a translation of them. `spaced_line_change` views the function
+    too, then names the line by the number the view shows beside it (`change m.py LINE`),
+    OLD spaced and unique in that line only: a token that occurs twice in the function
+    needs no wider span."""
     if tool == "edit":
         return Action("edit", path=MODULE, line=line, body=text)
     lines = source.rstrip("\n").split("\n")
     if tool == "replace":
         return _context_replace(source, lines, line, text)
-    if tool == "line_change":
+    if tool in ("line_change", "spaced_line_change"):
         old, new = _short_span(lines[line - 1], text, [lines[line - 1]])
+        if tool == "spaced_line_change":
+            old, new = _with_leading_space(lines[line - 1], old, new)
         return Action("change", path=MODULE, line=line, old=old, new=new)
     if tool == "function_change" or tool in VIEWED_FORMS:
         name, (first, last) = _enclosing_function(lines, line)

@@ -108,6 +108,10 @@ def test_short_forms_write_only_the_tokens_that_change():
     assert line_edit(source, 3, "    return c + b", "function_change") == Action(
         "change", path=MODULE, scope="f", old="c -", new="c +"
     )
+    # the line named as the function view numbers it, OLD spaced: " -" is unique on line 3
+    assert line_edit(source, 3, "    return c + b", "spaced_line_change") == Action(
+        "change", path=MODULE, line=3, old=" -", new=" +"
+    )
     assert line_edit(source, 3, "    return c + b", "short_replace") == Action(
         "replace", path=MODULE, old="- b", new="+ b"
     )
@@ -160,7 +164,7 @@ def test_the_candidate_demonstrator_tries_distinct_edits_until_one_passes():
         assert [m["role"] for m in messages[1:]] == ["assistant", "tool"] * (len(turns) - 1) + ["assistant"]
 
 
-@pytest.mark.parametrize("form", ["viewed_change", "spaced_change"])
+@pytest.mark.parametrize("form", ["viewed_change", "spaced_change", "spaced_line_change"])
 def test_viewed_change_episodes_view_the_named_function_as_a_live_session_shows_it(env_config, form):
     import random
 
