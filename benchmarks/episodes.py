@@ -49,23 +49,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
+from benchmarks import edit_gate
 from engines.env.grader import GradingPool
 from engines.env.micro import generate_micro_tasks
-from engines.env.micro_demos import feedback_demonstrations
 from engines.env.session import EnvSession, Tester
 from engines.env.types import Task
 from engines.inference.agent import AgentLoop, EpisodeRequest
 from engines.inference.server_pool import ServerPool
 from engines.model.load import load_tokenizer
-from engines.model.tiny import create_tiny_model
-from engines.protocol import render_messages
 from engines.rollout.evaluate import evaluate_tasks
 from engines.rollout.step import GradeCache, grade_episodes, pool_tester
-from engines.trainer.sft import sft
-from engines.trainer.warm_start_cache import cached, warm_start_key
 from flows.config import RunConfig
 from flows.config_loader import load_config
-from flows.sft import cache_inputs
 
 _METRICS = (
     "vllm:prompt_tokens_total",
@@ -80,22 +75,14 @@ _METRICS = (
 # ---- the warm start -----------------------------------------------------------------
 
 
-def warm_start(config: RunConfig) -> Path:
+def warm_start(config: RunConfig, work: Path) -> Path:
     """The run's own warm start (same tasks, demonstrations, SFT and key as `tandem run`
-    with this config), from the warm-start cache or built into it."""
+    with this config), from the warm-start cache or built into it by the same builder
+    as the edit gate's (benchmarks/edit_gate.py: warm_start)."""
     train = generate_micro_tasks(config.tasks.train_tasks, seed=config.tasks.seed)
-    inputs = cache_inputs(config, train)
-    return cached(warm_start_key(inputs), lambda out: build_warm_start(config, train, out), inputs=inputs, log=note)
-
-
-def build_warm_start(config: RunConfig, train: list[Task], out: Path) -> None:
-    sft_cfg = config.trainer.sft
-    demos = feedback_demonstrations(
-        train, config.env.edit_attempts, sft_cfg.failed_attempt_share, config.tasks.seed, sft_cfg.edit_tool
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        init = create_tiny_model(Path(tmp) / "init", (render_messages(d) for d in demos), config.model.tiny)
-        sft(str(init), demos, str(out), config.trainer, log=lambda *a: None)
+    folder, _, from_cache = edit_gate.warm_start(config, train, work)
+    note(f"[bench] warm start {'from the cache' if from_cache else 'built'}: {folder}")
+    return folder
 
 
 def note(line: str) -> None:
@@ -287,8 +274,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.sft_steps:
         sft_cfg = config.trainer.sft.model_copy(update={"max_steps": args.sft_steps})
         config = config.model_copy(update={"trainer": config.trainer.model_copy(update={"sft": sft_cfg})})
-    model_dir = Path(args.model_dir) if args.model_dir else warm_start(config)
     work = Path(tempfile.mkdtemp(prefix="bench-episodes-"))
+    model_dir = Path(args.model_dir) if args.model_dir else warm_start(config, work)
     inference = config.inference.model_copy(update={"model_dir": str(model_dir), "log_dir": str(work / "logs")})
     tokenizer = load_tokenizer(str(model_dir))
     n_tasks = max(1, args.episodes // args.group)
