@@ -229,7 +229,8 @@ class RunSFTConfig(SFTConfig):
         "(function_change after a first turn `view m.py NAME` that shows the named function), spaced_change "
         "(viewed_change with OLD and NEW keeping the space before their first token, so OLD is the view's own BPE "
         "tokens), spaced_line_change (spaced_change naming the line by the number the view shows, OLD unique in "
-        "that line). The policy "
+        "that line), spaced_context_change (spaced_change with OLD at least two tokens: the change and the token "
+        "before it). The policy "
         "may use any. benchmarks/edit_gate.py measures how often each warm start writes a valid edit.",
     )
     demonstrations: DemonstrationKind = Field(

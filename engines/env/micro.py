@@ -431,10 +431,11 @@ EditTool = Literal[
     "viewed_change",
     "spaced_change",
     "spaced_line_change",
+    "spaced_context_change",
 ]
 EDIT_FORMS: tuple[str, ...] = EditTool.__args__
 # The forms whose episodes first view the named function (micro_demos.py: opening).
-VIEWED_FORMS = ("viewed_change", "spaced_change", "spaced_line_change")
+VIEWED_FORMS = ("viewed_change", "spaced_change", "spaced_line_change", "spaced_context_change")
 # Who writes the warm start's demonstrations: the oracle (the fix, engines/env/micro_demos.py
 # feedback_demonstrations) or the uniform-candidate demonstrator (candidate_demonstrations).
 DemonstrationKind = Literal["oracle", "candidates"]
@@ -458,7 +459,10 @@ def line_edit(source: str, line: int, text: str, tool: EditTool = "edit") -> Act
     the view's tokens, not a translation of them. `spaced_line_change` views the function
     too, then names the line by the number the view shows beside it (`change m.py LINE`),
     OLD spaced and unique in that line only: a token that occurs twice in the function
-    needs no wider span."""
+    needs no wider span. `spaced_context_change` is `spaced_change` with OLD at least two
+    tokens wide (the change and the token before it, or after it at a line's start): a
+    lone token occurs twice in its function in 23% of tasks, two in 3%, so the width OLD
+    needs is almost never a count over the whole function."""
     if tool == "edit":
         return Action("edit", path=MODULE, line=line, body=text)
     lines = source.rstrip("\n").split("\n")
@@ -471,8 +475,9 @@ def line_edit(source: str, line: int, text: str, tool: EditTool = "edit") -> Act
         return Action("change", path=MODULE, line=line, old=old, new=new)
     if tool == "function_change" or tool in VIEWED_FORMS:
         name, (first, last) = _enclosing_function(lines, line)
-        span = _short_span(lines[line - 1], text, lines[first - 1 : last])
-        if span is not None and tool == "spaced_change":
+        min_width = 2 if tool == "spaced_context_change" else 1
+        span = _short_span(lines[line - 1], text, lines[first - 1 : last], min_width)
+        if span is not None and tool in ("spaced_change", "spaced_context_change"):
             span = _with_leading_space(lines[line - 1], *span)
         if span is not None:
             return Action("change", path=MODULE, scope=name, old=span[0], new=span[1])
@@ -491,10 +496,11 @@ def _context_replace(source: str, lines: list[str], line: int, text: str) -> Act
     raise ValueError(f"line {line} of {MODULE} has no unique context above it")
 
 
-def _short_span(old_line: str, new_line: str, scope: list[str]) -> tuple[str, str] | None:
-    """(OLD, NEW): the fewest whole tokens of `old_line` around its change to `new_line`
-    whose text occurs once in `scope` (the lines it must be unique in), and their new
-    text; NEW is never empty. None when even the whole line is not unique."""
+def _short_span(old_line: str, new_line: str, scope: list[str], min_width: int = 1) -> tuple[str, str] | None:
+    """(OLD, NEW): the fewest whole tokens of `old_line` (at least `min_width`) around its
+    change to `new_line` whose text occurs once in `scope` (the lines it must be unique
+    in), and their new text; NEW is never empty. None when even the whole line is not
+    unique."""
     a, b = line_tokens(old_line), line_tokens(new_line)
     if not a or not b:
         return None
@@ -506,7 +512,7 @@ def _short_span(old_line: str, new_line: str, scope: list[str]) -> tuple[str, st
         suf += 1
     text = "\n".join(scope)
     lo, hi = pre, len(a) - suf  # changed tokens of the old line: [lo, hi)
-    for width in range(max(1, hi - lo), len(a) + 1):
+    for width in range(min(len(a), max(min_width, hi - lo)), len(a) + 1):
         for left in range(max(0, hi - width), min(lo, len(a) - width) + 1):
             right = left + width  # old tokens [left, right), covering [lo, hi)
             old = old_line[a[left][1] : a[right - 1][2]]

@@ -112,6 +112,17 @@ def test_short_forms_write_only_the_tokens_that_change():
     assert line_edit(source, 3, "    return c + b", "spaced_line_change") == Action(
         "change", path=MODULE, line=3, old=" -", new=" +"
     )
+    # at least two tokens, the one before the change first: " c -" is once in f
+    assert line_edit(source, 3, "    return c + b", "spaced_context_change") == Action(
+        "change", path=MODULE, scope="f", old=" c -", new=" c +"
+    )
+    # a change at the line's start takes the token after it; a last token the one before
+    assert line_edit(source, 2, "    d = a - 2", "spaced_context_change") == Action(
+        "change", path=MODULE, scope="f", old=" c =", new=" d ="
+    )
+    assert line_edit(source, 2, "    c = a - 3", "spaced_context_change") == Action(
+        "change", path=MODULE, scope="f", old=" - 2", new=" - 3"
+    )
     assert line_edit(source, 3, "    return c + b", "short_replace") == Action(
         "replace", path=MODULE, old="- b", new="+ b"
     )
@@ -164,7 +175,7 @@ def test_the_candidate_demonstrator_tries_distinct_edits_until_one_passes():
         assert [m["role"] for m in messages[1:]] == ["assistant", "tool"] * (len(turns) - 1) + ["assistant"]
 
 
-@pytest.mark.parametrize("form", ["viewed_change", "spaced_change", "spaced_line_change"])
+@pytest.mark.parametrize("form", ["viewed_change", "spaced_change", "spaced_line_change", "spaced_context_change"])
 def test_viewed_change_episodes_view_the_named_function_as_a_live_session_shows_it(env_config, form):
     import random
 
