@@ -27,7 +27,7 @@ Last line: one JSON object, {"bench": "episodes", "feedback_tokens_per_s",
 "test_call_ms", ...}; feedback_efficiency = feedback over raw tokens per second.
 
     python -m benchmarks.episodes [--episodes 128] [--group 8] [--rounds 2] [--model-dir DIR]
-        [--run-args --inference.cluster.extra_server_args '["--block-size", "32"]' ...]
+        [--run-args --inference.block_size 128 ...]
 """
 
 from __future__ import annotations
@@ -372,7 +372,7 @@ def main() -> None:
         "--run-args",
         nargs=argparse.REMAINDER,
         default=[],
-        help='run settings, as for `tandem run` (e.g. --inference.cluster.extra_server_args \'["--block-size", "32"]\')',
+        help="run settings, as for `tandem run` (e.g. --inference.block_size 128)",
     )
     args = parser.parse_args()
     print(json.dumps(asyncio.run(run(args))))

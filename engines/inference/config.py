@@ -225,6 +225,14 @@ class InferenceConfig(BaseModel):
         description="KV cache per server in GB (VLLM_CPU_KVCACHE_SPACE on CPU; on GPU it sets --kv-cache-memory-bytes).",
     )
     max_num_seqs: int = Field(32, ge=1, description="Sequences one server batches at once (--max-num-seqs).")
+    block_size: int | None = Field(
+        None,
+        ge=16,
+        description="KV-cache block size in tokens (--block-size). Prefix caching reuses whole blocks only, and each "
+        "turn of an episode re-sends its context: with vLLM's CPU default of 128, a 190-token context reuses one "
+        "block and recomputes the rest every turn. None: 32 on vLLM's CPU build (its attention kernels take "
+        "multiples of 32), vLLM's own default elsewhere.",
+    )
     concurrency_per_server: int = Field(
         32, ge=1, description="Requests the pool keeps in flight per server; more wait in the pool."
     )
@@ -355,6 +363,7 @@ OWNED_FLAGS: dict[str, str] = {
     "--port": "base_port",
     "--max-model-len": "max_model_len",
     "--max-num-seqs": "max_num_seqs",
+    "--block-size": "block_size",
     "--dtype": "dtype",
     "--enforce-eager": "enforce_eager",
     "--kv-cache-memory-bytes": "kv_cache_gb",

@@ -24,6 +24,9 @@ VLLM_PYTHON_ENV = "TANDEM_VLLM_PYTHON"
 EXTENSION_DIR = Path(__file__).parent / "vllm_extension"
 EXTENSION_CLASS = "tandem_vllm_extension.ExactReloadExtension"
 FORK_ENGINE_ENV = "TANDEM_VLLM_FORK_ENGINE"  # read by the folder's platform plugin
+# vLLM's CPU attention kernels take KV blocks of a multiple of 32 tokens; the smallest
+# one lets prefix caching reuse the most of a re-sent multi-turn context.
+CPU_BLOCK_MULTIPLE = 32
 
 
 class UnsupportedOption(RuntimeError):
@@ -78,6 +81,10 @@ def check_supported(cfg: InferenceConfig, cpu_build: bool) -> None:
     if c.all2all_backend is not None and c.all2all_backend != "allgather_reducescatter":
         refused.append(
             f"cluster.all2all_backend={c.all2all_backend!r}: a GPU kernel library; unset it on the CPU build"
+        )
+    if cfg.block_size is not None and cfg.block_size % CPU_BLOCK_MULTIPLE:
+        refused.append(
+            f"block_size={cfg.block_size}: the CPU build's attention kernels take multiples of {CPU_BLOCK_MULTIPLE}"
         )
     if single_cpu_rank(cfg) and "--distributed-executor-backend" in {a.split("=", 1)[0] for a in c.extra_server_args}:
         refused.append(
@@ -148,6 +155,9 @@ def server_command(
         argv += ["--worker-extension-cls", EXTENSION_CLASS]
     if cfg.enforce_eager:
         argv.append("--enforce-eager")
+    block_size = cfg.block_size or (CPU_BLOCK_MULTIPLE if cpu_build else None)
+    if block_size is not None:
+        argv += ["--block-size", str(block_size)]
     if cpu_build:
         # vLLM 0.32 CPU: a seeded request whose prompt is prefilled in chunks kills the
         # engine ("CPU Generator does not use offset"); schedule prompts whole instead.

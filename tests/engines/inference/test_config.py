@@ -108,7 +108,7 @@ def test_every_flag_the_launcher_writes_is_refused_as_a_pass_through() -> None:
         "fp8": "quantize",
         "disaggregation": {"kv_connector": "NixlConnector"},
     }
-    cfg = InferenceConfig(model_dir="m", kv_cache_gb=1, cluster=cluster)
+    cfg = InferenceConfig(model_dir="m", kv_cache_gb=1, block_size=64, cluster=cluster)
     argv = launch.server_command(cfg, "py", 8000, cpu_build=False, kv_role="kv_producer", kv_path="/kv")
     written = {a.split("=", 1)[0] for a in argv[3:] if a.startswith("-")}
     assert "--kv-transfer-config" in written and "--data-parallel-rpc-port" in written
@@ -162,6 +162,24 @@ def test_disaggregation_options_that_would_be_ignored_are_refused() -> None:
         launch.check_supported(nixl, cpu_build=True)
     example = InferenceConfig(model_dir="m", cluster={"disaggregation": {"kv_connector": "ExampleConnector"}})
     launch.check_supported(example, cpu_build=True)  # runs on the CPU build (test_disaggregation.py)
+
+
+def test_block_size_is_the_cpu_kernels_smallest_unless_set() -> None:
+    """Prefix caching reuses whole KV blocks: the CPU build gets 32-token blocks (its
+    kernels' multiple) instead of vLLM's 128; GPUs keep vLLM's default unless set."""
+
+    def flag(cfg: InferenceConfig, cpu_build: bool) -> str | None:
+        argv = launch.server_command(cfg, "py", 8000, cpu_build=cpu_build)
+        return argv[argv.index("--block-size") + 1] if "--block-size" in argv else None
+
+    assert flag(InferenceConfig(model_dir="m"), cpu_build=True) == "32"
+    assert flag(InferenceConfig(model_dir="m"), cpu_build=False) is None
+    assert flag(InferenceConfig(model_dir="m", block_size=64), cpu_build=True) == "64"
+    assert flag(InferenceConfig(model_dir="m", block_size=16), cpu_build=False) == "16"
+    with pytest.raises(launch.UnsupportedOption, match="block_size=48: .*multiples of 32"):
+        launch.check_supported(InferenceConfig(model_dir="m", block_size=48), cpu_build=True)
+    with pytest.raises(ValueError, match="--block-size \\(set block_size instead\\)"):
+        InferenceConfig(model_dir="m", cluster={"extra_server_args": ["--block-size", "16"]})
 
 
 def test_one_cpu_rank_runs_its_model_in_the_engine_process(monkeypatch: pytest.MonkeyPatch) -> None:
