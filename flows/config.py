@@ -202,10 +202,10 @@ class RunSFTConfig(SFTConfig):
     max_steps: int | None = Field(
         1300,
         ge=1,
-        description="Optimizer steps of the warm start (16-17 minutes on 2 cores at 0.74-0.80 s a step, so a run "
-        "that builds it ends within 30). With spaced_change and candidates demonstrations, 1300 steps write a valid "
-        "single-token edit inside the named function first in 66.5% of held-out tasks, 1500 in 66% (README: the edit "
-        "gate); at 600 steps the viewed forms have not yet learned to name the function.",
+        description="Optimizer steps of the warm start (15-17 minutes on 2 cores at 0.71-0.80 s a step, so a run "
+        "that builds it ends within 30). With spaced_context_change and candidates demonstrations, 1300 steps write "
+        "a valid single-token edit inside the named function first in 81% of held-out tasks, spaced_change 66.5% "
+        "(README: the edit gate); at 600 steps the viewed forms have not yet learned to name the function.",
     )
     max_seconds: float | None = Field(
         2400,
@@ -221,7 +221,7 @@ class RunSFTConfig(SFTConfig):
         "or two failed attempts (masked from the loss) before the fix, so the warm start knows what a retry is.",
     )
     edit_tool: EditTool = Field(
-        "spaced_change",
+        "spaced_context_change",
         description="How the micro-task demonstrations write an edit (engines/env/micro.py: line_edit): edit (line "
         "number + the whole new line), replace (the old line copied, with lines above it until unique), or a short "
         "form that writes only the tokens that change, OLD unique in its scope: short_replace (the file), "

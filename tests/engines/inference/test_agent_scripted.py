@@ -22,7 +22,7 @@ from tests.engines.inference.conftest import small_config
 from tests.engines.inference.scripted_generator import ScriptedGenerator, turn_logprob
 
 pytestmark = pytest.mark.sandbox
-FORM = "spaced_change"  # the run's default edit form: a view turn, the edit, submit
+FORM = "spaced_context_change"  # the run's default edit form: a view turn, the edit, submit
 
 
 def _episodes(tokenizer: Any, model_dir: Path, tmp_path: Path, scripts: dict, tasks: list, **limits: Any):
