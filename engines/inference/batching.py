@@ -164,7 +164,7 @@ class RequestCoalescer:
         choice finishes; routed experts come with a whole reply only, so a batch that
         captures them waits for its last choice."""
         prompts = [m.prompt_ids for m in live]
-        if key.routed_experts_start is not None:
+        if True:
             return await self.client.complete_many(
                 key.url, prompts, key.params, key.weight_version, key.routed_experts_start, self.retries
             )
