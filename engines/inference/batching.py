@@ -9,12 +9,6 @@ more, smaller steps (measured 2-3x slower than one 64-prompt request, whose prom
 vLLM submits to its engine together). On a GPU host the same overhead is smaller
 but not zero.
 
-A batch is streamed (`CompletionClient.stream_many`): each caller gets its answer as
-soon as its own choice ends, so an episode whose turn was short takes its next step
-while the batch's longest turn is still being generated, instead of every member
-waiting for the last (a barrier per batch). A batch that captures routed experts,
-which vLLM returns with a whole reply only, is sent unstreamed.
-
 Requests share a batch only when everything but the prompt is equal: the server,
 the sampling parameters (temperature, top_p, max_tokens, seed, stop ids, allowed
 ids, ignore_eos), the routed-experts start and the weight version they carry. vLLM
@@ -74,8 +68,7 @@ class RequestCoalescer:
     `window_s`: a group is sent once no request joined it for this long, at most
     MAX_WAIT_WINDOWS windows after its first (0: every request is sent alone, at
     once). `max_prompts`: a group this large is sent at once.
-    `retries`: the client's own re-sends of a single request or an unstreamed batch (the
-    pool re-sends itself: 0); a streamed batch is never re-sent by the client.
+    `retries`: the client's own re-sends of a batch (the pool re-sends itself: 0).
     """
 
     def __init__(
@@ -140,7 +133,14 @@ class RequestCoalescer:
             else:
                 self.batches_sent += 1
                 try:
-                    results = await self._many(key, live)
+                    results = await self.client.complete_many(
+                        key.url,
+                        [m.prompt_ids for m in live],
+                        key.params,
+                        key.weight_version,
+                        key.routed_experts_start,
+                        self.retries,
+                    )
                 except RequestRejected:
                     await asyncio.gather(*(self._send(key, [m]) for m in live))
                     return
@@ -158,26 +158,6 @@ class RequestCoalescer:
                     m.future.set_exception(error)
             if not isinstance(err, Exception):
                 raise
-
-    async def _many(self, key: BatchKey, live: list[Waiting]) -> list[Completion | None]:
-        """One request for all of `live`. Streamed, each member's future set as its own
-        choice finishes; routed experts come with a whole reply only, so a batch that
-        captures them waits for its last choice."""
-        prompts = [m.prompt_ids for m in live]
-        if True:
-            return await self.client.complete_many(
-                key.url, prompts, key.params, key.weight_version, key.routed_experts_start, self.retries
-            )
-
-        def deliver(i: int, completion: Completion) -> None:
-            if not live[i].future.done():
-                live[i].future.set_result(completion)
-
-        await self.client.stream_many(key.url, prompts, key.params, deliver, key.weight_version)
-        missing = [i for i, m in enumerate(live) if not m.future.done()]
-        if missing:
-            raise ServerUnavailable(f"server {key.url} ended a batch without {len(missing)} of its choices")
-        return [None if m.future.cancelled() else m.future.result() for m in live]
 
     async def _one(self, key: BatchKey, m: Waiting) -> Completion:
         return await self.client.complete(

@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
-import json
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -146,52 +144,6 @@ class CompletionClient:
         body["prompt"] = prompts
         data = await self._post(url, body, f"a batch of {len(prompts)} prompts", retries)
         return parse_completions(data, url, weight_version, len(prompts))
-
-    async def stream_many(
-        self,
-        url: str,
-        prompts: list[list[int]],
-        params: SamplingParams,
-        on_done: Callable[[int, Completion], None],
-        weight_version: int = 0,
-    ) -> None:
-        """`complete_many`, streamed: `on_done(i, completion)` the moment prompt i's
-        choice finishes, not when the request's last one does, so a caller whose turn
-        ended early is not held back by the longest prompt of its batch. vLLM sends a
-        choice's first token and its end only (`stream_interval` = max_tokens), two
-        small events per prompt. Not re-sent: a failure after some choices were delivered
-        raises ServerUnavailable, and the caller re-sends the rest."""
-        body = completion_body(self.model, [], params, None)
-        body.update(prompt=prompts, stream=True, stream_interval=max(1, params.max_tokens))
-        tokens: list[list[int]] = [[] for _ in prompts]
-        logprobs: list[list[float]] = [[] for _ in prompts]
-        try:
-            async with self.http.stream("POST", f"{url}/v1/completions", json=body, timeout=self.timeout_s) as response:
-                if response.status_code >= 400:
-                    text = (await response.aread()).decode(errors="replace")[:500]
-                    if response.status_code >= 500:
-                        raise ServerUnavailable(f"server {url} failed a batch of {len(prompts)} prompts: {text}")
-                    raise RequestRejected(
-                        f"server {url} rejected a batch of {len(prompts)} prompts: HTTP {response.status_code}: {text}"
-                    )
-                async for line in response.aiter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    event = json.loads(line[6:])
-                    if "error" in event:
-                        raise ServerUnavailable(
-                            f"server {url} failed a batch of {len(prompts)} prompts: {event['error']}"
-                        )
-                    for choice in event.get("choices", ()):
-                        i = choice["index"]
-                        tokens[i] += choice.get("token_ids") or []
-                        if choice.get("logprobs"):
-                            logprobs[i] += choice["logprobs"]["token_logprobs"]
-                        if choice.get("finish_reason") is not None:
-                            done = {**choice, "token_ids": tokens[i], "logprobs": {"token_logprobs": logprobs[i]}}
-                            on_done(i, parse_choice(done, url, weight_version))
-        except httpx.TransportError as err:  # refused, reset, timed out
-            raise ServerUnavailable(f"server {url} failed while streaming: {type(err).__name__}: {err}") from err
 
     async def post(self, url: str, body: dict[str, Any], what: str, retries: int | None = None) -> dict[str, Any]:
         """POST a completion `body` built by the caller (`completion_body` plus fields of

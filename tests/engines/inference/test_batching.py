@@ -63,33 +63,3 @@ def test_a_rejected_prompt_fails_only_its_caller(pool: Any, run: Any) -> None:
     *good, bad = run(scenario())
     assert all(isinstance(c, Completion) and len(c.token_ids) == 4 for c in good)
     assert isinstance(bad, RequestRejected) and "rejected a 1100-token prompt" in str(bad)
-
-
-def test_a_batch_answers_each_caller_when_its_own_choice_ends(pool: Any, run: Any) -> None:
-    """A coalesced batch is streamed: the caller whose turn ends first has its answer
-    while the batch's longer choice is still being generated."""
-    greedy = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
-    alone = [run(pool.client.complete(pool.urls[0], p, greedy, pool.version, retries=0)) for p in PROMPTS]
-    # A stop id that ends one prompt's greedy turn at once and never occurs in another's.
-    short, long_, stop = next(
-        (i, j, alone[i].token_ids[0])
-        for i in range(len(PROMPTS))
-        for j in range(len(PROMPTS))
-        if alone[i].token_ids[0] not in alone[j].token_ids
-    )
-    params = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True, stop_token_ids=(stop,))
-
-    async def scenario() -> tuple[bool, Completion, Completion]:
-        before = pool.batcher.batches_sent
-        first = asyncio.ensure_future(pool.generate(PROMPTS[short], params))
-        second = asyncio.ensure_future(pool.generate(PROMPTS[long_], params))
-        await asyncio.wait([first, second], return_when=asyncio.FIRST_COMPLETED)
-        still_running = first.done() and not second.done()
-        await second
-        assert pool.batcher.batches_sent == before + 1  # they shared one request
-        return still_running, first.result(), second.result()
-
-    still_running, early, late = run(scenario())
-    assert early.token_ids == [stop] and late.token_ids == alone[long_].token_ids
-    assert late.logprobs == pytest.approx(alone[long_].logprobs, abs=1e-4)
-    assert still_running
