@@ -202,7 +202,7 @@ class RunSFTConfig(SFTConfig):
     max_steps: int | None = Field(
         1300,
         ge=1,
-        description="Optimizer steps of the warm start (15-17 minutes on 2 cores at 0.71-0.80 s a step, so a run "
+        description="Optimizer steps of the warm start (14-17 minutes on 2 cores at 0.66-0.80 s a step, so a run "
         "that builds it ends within 30). With spaced_context_change and candidates demonstrations, 1300 steps write "
         "a valid single-token edit inside the named function first in 81% of held-out tasks, spaced_change 66.5% "
         "(README: the edit gate); at 600 steps the viewed forms have not yet learned to name the function.",
