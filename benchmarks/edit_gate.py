@@ -51,8 +51,8 @@ from engines.env.edits import Edited, EditError, apply_edit, function_lines, lin
 from engines.env.micro import MODULE, generate_micro_tasks, named_function, plausible_edits
 from engines.env.micro_demos import local_statuses
 from engines.env.session import EnvSession
+from engines.env.session_tree import SessionTree
 from engines.env.types import GradeResult, Task
-from engines.env.workspace import Workspace
 from engines.model.load import load_moe_causal_lm, load_tokenizer
 from engines.protocol import EDIT_TOOLS, END, Action, parse_action, render_messages
 from engines.trainer.sft import sft
@@ -122,9 +122,9 @@ def classify(task: Task, action: Action | None) -> dict[str, bool]:
     return out
 
 
-def local_tester(task: Task, workspace: Workspace) -> GradeResult:
-    """The session's tester: the task's tests run in-process on the workspace's module."""
-    statuses = local_statuses(task, (workspace.root / MODULE).read_text())
+def local_tester(task: Task, tree: SessionTree) -> GradeResult:
+    """The session's tester: the task's tests run in-process on the tree's module."""
+    statuses = local_statuses(task, tree.read_bytes(MODULE).decode())
     passed = all(s == "PASSED" for s in statuses.values())
     f2p = sum(statuses[t] == "PASSED" for t in task.FAIL_TO_PASS)
     p2p = sum(statuses[t] == "PASSED" for t in task.PASS_TO_PASS)
@@ -201,7 +201,7 @@ def _edited_text(task: Task, action: Action) -> str:
 
 
 def _resolved(session: EnvSession, task: Task) -> bool:
-    return local_tester(task, session.workspace).resolved
+    return local_tester(task, session.tree).resolved
 
 
 def warm_start(config: RunConfig, train: list[Task], work: Path) -> tuple[Path, float | None, bool]:

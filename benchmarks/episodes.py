@@ -48,6 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
+import psutil
 
 from benchmarks import edit_gate
 from engines.env.grader import GradingPool
@@ -145,6 +146,52 @@ def timed_tester(tester: Tester, timers: Timers) -> Tester:
     return run
 
 
+class CpuLedger:
+    """CPU seconds spent while a step runs, by who spent them: the vLLM engine core, its
+    API server, the grading sandboxes, this process (the agent loop, the episodes'
+    environments, the grading threads and the git subprocesses they reap), and the
+    machine's total. Long-lived processes only: a sandbox started mid-step is missed,
+    which the warm-up step avoids."""
+
+    def __init__(self) -> None:
+        self.start: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}
+
+    @staticmethod
+    def _role(proc: psutil.Process) -> str:
+        words = " ".join([proc.name(), *proc.cmdline()])
+        if "EngineCore" in words:
+            return "engine_core"
+        if "vllm" in words:
+            return "api_server"
+        if "bwrap" in words or "pytest_server" in words:
+            return "sandboxes"
+        return "other_children"
+
+    def _snapshot(self) -> dict[str, float]:
+        out: dict[str, float] = defaultdict(float)
+        me = psutil.Process()
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                t = proc.cpu_times()
+                out["client" if proc.pid == me.pid else self._role(proc)] += (
+                    t.user + t.system + t.children_user + t.children_system
+                )
+            except psutil.Error:
+                continue
+        busy = psutil.cpu_times()
+        out["machine"] = sum(busy) - busy.idle - getattr(busy, "iowait", 0.0)
+        return out
+
+    def __enter__(self) -> CpuLedger:
+        self.start = self._snapshot()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = self._snapshot()
+        self.seconds = {k: end[k] - self.start.get(k, 0.0) for k in end}
+
+
 class ServerWatch:
     """Samples the server's running-request gauge every 50 ms while a step runs."""
 
@@ -208,8 +255,9 @@ async def feedback_step(
     url = agent.pool.urls[0]
     before = await counters(url)
     t0 = time.monotonic()
-    async with ServerWatch(url) as watch:
-        episodes = await agent.run_episodes(requests)
+    with CpuLedger() as cpu:
+        async with ServerWatch(url) as watch:
+            episodes = await agent.run_episodes(requests)
     t1 = time.monotonic()
     by_id = {t.instance_id: t for t in tasks}
     grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in episodes])
@@ -239,6 +287,7 @@ async def feedback_step(
         "server_idle_share": watch.idle_share(),
         "server_mean_running": watch.mean_running(),
         "vllm": delta,
+        "cpu_s": cpu.seconds,
     }
 
 
@@ -318,6 +367,7 @@ def summarize(fb: list[dict], one: list[dict], raw: list[tuple[int, float]], arg
     mean = lambda key: round(statistics.fmean(s[key] for s in fb), 3)  # noqa: E731
     vllm = {k: round(statistics.fmean(s["vllm"][k] for s in fb), 3) for k in fb[0]["vllm"]}
     hits = vllm["prefix_cache_hits_total"] / max(1.0, vllm["prefix_cache_queries_total"])
+    cpu = {k: round(statistics.fmean(s["cpu_s"].get(k, 0.0) for s in fb), 2) for k in fb[0]["cpu_s"]}
     for s in fb:
         print(
             f"[bench] feedback step {s['step_s']:.1f}s: episodes {s['episodes_s']:.1f}s, final grading "
@@ -352,6 +402,7 @@ def summarize(fb: list[dict], one: list[dict], raw: list[tuple[int, float]], arg
         "prompt_tokens": vllm["prompt_tokens_total"],
         "generated_tokens": vllm["generation_tokens_total"],
         "prefix_cache_hit_rate": round(hits, 3),
+        "cpu_s": cpu,  # CPU seconds of the episodes (episodes_s of wall), by process
         "resolved": mean("resolved"),
         "episodes": args.episodes,
         "rounds": args.rounds,

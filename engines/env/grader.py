@@ -16,7 +16,10 @@ With `fast` (the `test` tool and edit feedback, when `fast_test_runner` is on), 
 task whose tests are plain functions runs them in the same warm sandbox without
 pytest (plain_runner.py) and is decided by the same rules on the status map that
 runner reports; where it cannot decide, pytest runs as above. A final grade is
-never fast.
+never fast. A fast grade may come with the patch's files as an episode holds them
+in memory (`changes`, base files only): they are written in place of steps 2-4,
+which spares three git processes a call; what they cannot vouch for (a new or
+protected path) goes the patch's way.
 A timeout of the tests is a model failure (the patch made them hang); a sandbox
 that cannot start, or a task whose test patch does not apply, is infra.
 
@@ -47,7 +50,7 @@ from engines.env.report import TestReport, frame_log, report_from_log, report_fr
 from engines.env.sandbox import BwrapRunner, Runner, RunResult, check_caps, make_runner
 from engines.env.types import GradeResult, Task
 from engines.env.warm_pytest import WarmPytest, pytest_args
-from engines.env.workspace import Workspace, base_files
+from engines.env.workspace import Files, Workspace, base_files
 
 
 def grade(task: Task, patch: str, config: EnvConfig) -> GradeResult:
@@ -161,17 +164,25 @@ class GradingPool:
             self._slots.put(_Slot(self._dir / f"w{i}"))
         self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="grader")
 
-    def grade_many(self, items: Sequence[tuple[Task, str]], fast: bool = False) -> list[GradeResult]:
+    def grade_many(
+        self, items: Sequence[tuple[Task, str]], fast: bool = False, changes: Sequence[Files | None] | None = None
+    ) -> list[GradeResult]:
         """Grade every pair; results in input order. Never raises for bad tasks or patches.
         `fast`: test plain-function tests without pytest where they qualify (the `test`
-        tool; such a result says runner="plain" and is no final grade)."""
-        return list(self._executor.map(lambda item: self.grade_one(*item, fast=fast), items))
+        tool; such a result says runner="plain" and is no final grade). `changes`: per
+        item, the files its patch writes ({path: bytes}, as the episode holds them) or None."""
+        changes = changes or [None] * len(items)
+        return list(
+            self._executor.map(lambda item, files: self.grade_one(*item, fast=fast, changes=files), items, changes)
+        )
 
-    def grade_one(self, task: Task, patch: str, fast: bool = False) -> GradeResult:
+    def grade_one(self, task: Task, patch: str, fast: bool = False, changes: Files | None = None) -> GradeResult:
         slot = self._slots.get()
         start = time.monotonic()
         try:
             slot.root.mkdir(parents=True, exist_ok=True)
+            if fast and (early := _plain_grade(task, patch, changes, self.config, self.runner, slot, start)):
+                return early
             return _grade(task, patch, self.config, self.runner, slot, start, fast)
         except (EnvError, ValueError, OSError) as exc:
             return _result(task, start, infra=f"task {task.instance_id}: {exc}")
@@ -218,13 +229,8 @@ def _grade(
     if task.test_patch and (error := ws.apply(task.test_patch)):
         raise TaskError(f"test_patch does not apply on the base ({error}); fix the task")
     if fast and isinstance(runner, BwrapRunner) and slot.plain_ready(task, changed, config):
-        plain = slot.run_plain(task, ws, config, runner)
-        ws.reset()  # leave nothing behind: for the next grade, or for pytest below
-        if plain.status is not None or plain.run.timed_out or not plain.run.started:
-            rep = None
-            if plain.status is not None:
-                rep = report_from_statuses(plain.status, plain.exit_code, task.FAIL_TO_PASS, task.PASS_TO_PASS)
-            return _decided(task, plain.run, rep, dropped, config, start, "plain")
+        if (decided := _run_plain(task, ws, config, runner, slot, dropped, start)) is not None:
+            return decided
         # The plain runner left the decision to pytest: the same tree again, from the base.
         if error := ws.apply(filtered.text):
             raise EnvError(f"the patch applied once but not again after the plain run: {error}")
@@ -236,6 +242,42 @@ def _grade(
             frame_log(run.output, run.exit_code), task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS
         )
     return _decided(task, run, rep, dropped, config, start, "pytest")
+
+
+def _plain_grade(
+    task: Task, patch: str, changes: Files | None, config: EnvConfig, runner: Runner, slot: _Slot, start: float
+) -> GradeResult | None:
+    """A fast grade of the base with `changes` (the files `patch` writes) over it, without
+    git: for base files the allowlist admits, when the plain runner can decide. None:
+    grade the patch."""
+    protected = protected_files(task)
+    if not (
+        changes is not None
+        and isinstance(runner, BwrapRunner)
+        and isinstance(patch, str)
+        and len(patch.encode("utf-8", "surrogateescape")) <= config.max_patch_bytes
+        and slot.plain_ready(task, list(changes), config)
+        and all(is_allowed(p, protected) for p in changes)
+    ):
+        return None
+    ws = slot.workspace(task, config.python)
+    ws.write(changes)
+    return _run_plain(task, ws, config, runner, slot, "", start)
+
+
+def _run_plain(
+    task: Task, ws: Workspace, config: EnvConfig, runner: BwrapRunner, slot: _Slot, dropped: str, start: float
+) -> GradeResult | None:
+    """The plain runner's grade of `ws` as it stands, which it then resets; None when
+    that runner left the decision to pytest."""
+    plain = slot.run_plain(task, ws, config, runner)
+    ws.reset()  # leave nothing behind: for the next grade, or for pytest
+    if plain.status is None and not plain.run.timed_out and plain.run.started:
+        return None
+    rep = None
+    if plain.status is not None:
+        rep = report_from_statuses(plain.status, plain.exit_code, task.FAIL_TO_PASS, task.PASS_TO_PASS)
+    return _decided(task, plain.run, rep, dropped, config, start, "plain")
 
 
 def _decided(

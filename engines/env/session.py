@@ -1,7 +1,7 @@
 """The environment side of one multi-turn agent episode.
 
-`EnvSession.open(task, config)` prepares a private writable copy of the task's
-base; `step(action_text)` parses one model turn with `engines.protocol` and runs
+`EnvSession.open(task, config)` gives the episode a private copy of the task's base
+(a SessionTree: in memory until bash or a cold sandbox needs it on disk); `step(action_text)` parses one model turn with `engines.protocol` and runs
 the tool: view and edit/replace/change on the host (paths confined to the copy), bash
 and test inside the sandbox. With a `tester` (a grading pool's warm sandboxes,
 engines/rollout/step.py), `test` runs the task's tests on the session's diff
@@ -29,8 +29,9 @@ from engines.env.grader import node_args
 from engines.env.micro import numbered
 from engines.env.report import frame_log, report_from_log
 from engines.env.sandbox import Runner, make_runner
+from engines.env.session_tree import SessionTree
 from engines.env.types import GradeResult, StepResult, Task
-from engines.env.workspace import Workspace
+from engines.env.workspace import base_files
 from engines.protocol import EDIT_TOOLS, Action, InvalidAction, parse_action
 
 _VIEW_LINES = 60  # lines shown by a bare `view PATH`
@@ -48,13 +49,13 @@ class TestsUnavailable(RuntimeError):
     """The harness could not run the tests (not the model's fault)."""
 
 
-# Runs a task's tests against a workspace's current state (the pool grades its diff).
-Tester = Callable[[Task, Workspace], GradeResult]
+# Runs a task's tests against an episode's tree as it stands (the pool grades its diff).
+Tester = Callable[[Task, SessionTree], GradeResult]
 
 
 class EnvSession:
-    def __init__(self, task: Task, config: EnvConfig, workspace: Workspace, tester: Tester | None = None):
-        self.task, self.config, self.workspace, self.tester = task, config, workspace, tester
+    def __init__(self, task: Task, config: EnvConfig, tree: SessionTree, tester: Tester | None = None):
+        self.task, self.config, self.tree, self.tester = task, config, tree, tester
         self.done = False
         self.attempts = 0  # edits tested under edit feedback
         self._runner: Runner | None = None
@@ -62,7 +63,7 @@ class EnvSession:
 
     @classmethod
     def open(cls, task: Task, config: EnvConfig, tester: Tester | None = None) -> EnvSession:
-        return cls(task, config, Workspace.for_task(task, Path(config.scratch_dir) / "sessions"), tester)
+        return cls(task, config, SessionTree(base_files(task), Path(config.scratch_dir) / "sessions"), tester)
 
     def prompt(self) -> str:
         return self.task.problem_statement
@@ -85,10 +86,10 @@ class EnvSession:
 
     def patch(self) -> str:
         with self._lock:
-            return self.workspace.diff()
+            return self.tree.diff()
 
     def close(self) -> None:
-        self.workspace.destroy()
+        self.tree.destroy()
 
     def __enter__(self) -> EnvSession:
         return self
@@ -124,7 +125,7 @@ class EnvSession:
         return edit_echo(action.path, edited.first, edited.new)
 
     def _bash(self, action: Action) -> str:
-        run = self._sandbox().run(action.body, self.workspace.root)
+        run = self._sandbox().run(action.body, self.tree.root)
         if not run.started:
             return f"error: {run.infra_message}"
         status = "timed out" if run.timed_out else f"exit {run.exit_code}"
@@ -137,7 +138,7 @@ class EnvSession:
             return f"error: {err}"
         return "tests timed out" if statuses is None else test_summary(statuses)
 
-    def _attempt(self, edited: str, saved: tuple[Path, bytes] | None) -> StepResult:
+    def _attempt(self, edited: str, saved: tuple[str, bytes] | None) -> StepResult:
         """Edit feedback (engines/env/feedback.py): the edit just made is tested, kept
         when the tests pass (the episode ends) and rolled back when they fail. An edit
         that did not apply is no attempt. The tests failing to run at all is the
@@ -150,7 +151,7 @@ class EnvSession:
         self.attempts += 1
         passed = all_passed(statuses)
         if not passed:
-            saved[0].write_bytes(saved[1])
+            self.tree.write_bytes(*saved)
         self.done = passed or self.attempts >= self.config.edit_attempts
         return StepResult(
             self._clip(attempt_observation(statuses, self.attempts, self.config.edit_attempts)), self.done
@@ -164,13 +165,13 @@ class EnvSession:
         cold sandbox runs the FAIL_TO_PASS tests.
         """
         if self.tester is not None and not self.task.test_patch:
-            result = self.tester(self.task, self.workspace)
+            result = self.tester(self.task, self.tree)
             if result.infra_failure:
                 raise TestsUnavailable(result.infra_message)
             return None if "timed out" in result.notes else dict(result.report)
         ids = list(self.task.FAIL_TO_PASS)
         cmd = " ".join([self.task.test_cmd, *node_args(ids)])
-        run = self._sandbox().run(cmd, self.workspace.root)
+        run = self._sandbox().run(cmd, self.tree.root)
         if not run.started:
             raise TestsUnavailable(run.infra_message)
         if run.timed_out:
@@ -184,28 +185,31 @@ class EnvSession:
             self._runner = make_runner(self.config)
         return self._runner
 
-    def _saved(self, rel: str | None) -> tuple[Path, bytes] | None:
+    def _saved(self, rel: str | None) -> tuple[str, bytes] | None:
         """A file's path and bytes before an edit, to roll a failing edit back."""
-        path = self.workspace.resolve(rel or "")
-        return (path, path.read_bytes()) if path is not None and path.is_file() else None
+        located = self.tree.locate(rel or "")
+        data = None if located is None else self.tree.read_bytes(located)
+        return None if data is None else (located, data)
 
     def _read(self, rel: str | None) -> tuple[list[str], str]:
-        path = self.workspace.resolve(rel or "")
-        if path is None:
+        located = self.tree.locate(rel or "")
+        if located is None:
             return [], f"error: {rel} is outside the repository"
-        if not path.is_file():
+        data = self.tree.read_bytes(located)
+        if data is None:
             return [], f"error: no file {rel}"
         try:
-            text = path.read_text()
+            # as a text-mode read gives it: universal newlines
+            text = data.decode().replace("\r\n", "\n").replace("\r", "\n")
         except UnicodeDecodeError:
             return [], f"error: {rel} is not a text file"
         lines = text.split("\n")
         return (lines[:-1] if text.endswith("\n") else lines), ""
 
     def _write(self, rel: str, lines: list[str]) -> None:
-        path = self.workspace.resolve(rel)
-        assert path is not None  # _read checked it
-        path.write_text("\n".join(lines) + "\n")
+        located = self.tree.locate(rel)
+        assert located is not None  # _read checked it
+        self.tree.write_bytes(located, ("\n".join(lines) + "\n").encode())
 
     def _clip(self, text: str) -> str:
         limit = self.config.observation_chars

@@ -218,6 +218,10 @@ class Workspace:
     def diff(self) -> str:
         return unified_diff(self.base, read_tree(self.root))
 
+    def write(self, files: Files) -> None:
+        """Write `files` ({path: bytes}) over the tree (paths the caller has checked)."""
+        write_tree(self.root, files)
+
     def apply(self, patch: str) -> str:
         return git_apply(self.root, patch)
 

@@ -22,6 +22,7 @@ from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
 from engines.env.session import EnvSession, Tester
 from engines.env.types import GradeResult, Task
+from engines.env.workspace import Files
 from engines.inference.agent import AgentLoop, EpisodeRequest
 from engines.inference.types import Episode
 from engines.rollout.records import episode_row, rollouts_table
@@ -44,11 +45,20 @@ class GradeCache:
         digest = hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()
         return (task.instance_id, digest) if runner == "pytest" else (task.instance_id, digest, runner)
 
-    def grade(self, pool: GradingPool, items: Sequence[tuple[Task, str]], fast: bool = False) -> list[GradeResult]:
+    def grade(
+        self,
+        pool: GradingPool,
+        items: Sequence[tuple[Task, str]],
+        fast: bool = False,
+        changes: Sequence[Files | None] | None = None,
+    ) -> list[GradeResult]:
+        """Grades of (task, patch) pairs, each distinct one run once; `changes` as for
+        GradingPool.grade_many (the patches' files, which spare a fast grade git)."""
         keys = [self.key(t, p) for t, p in items]
         known = [self._known(t, p, fast) for t, p in items]
+        files = dict(zip(keys, changes or [None] * len(items)))
         todo = {k: item for k, item, hit in zip(keys, items, known) if hit is None}
-        fresh = pool.grade_many(list(todo.values()), fast=fast) if todo else []
+        fresh = pool.grade_many(list(todo.values()), fast=fast, changes=[files[k] for k in todo]) if todo else []
         computed = dict(zip(todo, fresh))
         # Answer before evicting: a key that was a hit must still be answered when the
         # eviction below drops it.
@@ -76,8 +86,9 @@ def pool_tester(pool: GradingPool, cache: GradeCache) -> Tester:
     """The `test` tool through the grading pool's warm sandboxes, fast where the task's
     tests are plain functions (env.fast_test_runner). Grades are cached by (task, diff):
     a repeated test costs no second run, nor does a submit after a pytest-run `test`
-    (a plain-run one is graded again by pytest)."""
-    return lambda task, workspace: cache.grade(pool, [(task, workspace.diff())], fast=True)[0]
+    (a plain-run one is graded again by pytest). The tree's changed files go along,
+    so a plain run needs no git."""
+    return lambda task, tree: cache.grade(pool, [(task, tree.diff())], fast=True, changes=[tree.changes()])[0]
 
 
 def episode_requests(

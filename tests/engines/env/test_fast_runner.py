@@ -134,12 +134,17 @@ def _same(fast: GradeResult, slow: GradeResult) -> bool:
 
 
 def _grades_agree(pool: GradingPool, items: list[tuple[Task, str]]) -> int:
-    """Grade `items` (task, module source) fast and by pytest; the grades the plain runner decided."""
+    """Grade `items` (task, module source) fast (from the patch, and from the files as an
+    episode holds them) and by pytest; the grades the plain runner decided."""
     patches = [(t, _edited(t, source)) for t, source in items]
     fast = pool.grade_many(patches, fast=True)
+    from_files = pool.grade_many(patches, fast=True, changes=[{MODULE: source.encode()} for _, source in items])
     slow = pool.grade_many(patches)
     differ = [(t.instance_id, f, s) for (t, _), f, s in zip(items, fast, slow) if not _same(f, s)]
     assert not differ, differ[:3]
+    differ = [(t.instance_id, m, f) for (t, _), m, f in zip(items, from_files, fast) if not _same(m, f)]
+    assert not differ, differ[:3]
+    assert [m.runner for m in from_files] == [f.runner for f in fast]
     assert not any(s.infra_failure for s in slow)
     return sum(f.runner == "plain" for f in fast)
 
@@ -176,6 +181,32 @@ def test_plain_runner_and_pytest_agree_on_every_test(env_config, tmp_path):
         f"({len(edits) - decided} left to pytest), and on {2 * len(DELIBERATE) + 60 + 2 * len(loops)} "
         f"grades; {time.monotonic() - start:.0f} s"
     )
+
+
+@pytest.mark.sandbox
+def test_an_episodes_files_grade_as_its_patch_does(env_config):
+    """A `test` call hands the pool the files an episode changed, which spares git; a
+    grade from them equals the patch's, and what they cannot vouch for (a test file, a
+    new file) is graded from the patch."""
+    tasks = generate_micro_tasks(3, seed=5)
+    fix = tasks[0].meta()
+    fixed = fix["files"][MODULE].split("\n")
+    fixed[fix["line"] - 1] = fix["fixed_line"]
+    test_file = next(p for p in tasks[1].meta()["files"] if p != MODULE)
+    cases = [
+        (tasks[0], {MODULE: "\n".join(fixed).encode()}),
+        (tasks[1], {test_file: b"def test_nothing():\n    pass\n"}),
+        (tasks[2], {"extra.py": b"x = 1\n"}),
+    ]
+    base = [{k: v.encode() for k, v in t.meta()["files"].items()} for t, _ in cases]
+    patches = [(t, unified_diff(b, b | files)) for (t, files), b in zip(cases, base)]
+    with GradingPool(env_config, workers=1) as pool:
+        from_files = pool.grade_many(patches, fast=True, changes=[files for _, files in cases])
+        from_patches = pool.grade_many(patches, fast=True)
+    assert from_files[0].resolved and from_files[0].runner == "plain"
+    assert "dropped files outside the allowlist" in from_files[1].notes
+    for m, f in zip(from_files, from_patches):
+        assert replace(m, grading_s=0.0) == replace(f, grading_s=0.0)
 
 
 def test_micro_tasks_qualify_and_others_do_not():

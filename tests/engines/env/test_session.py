@@ -95,8 +95,8 @@ def test_a_refused_change_is_an_observation_and_no_attempt(micro_tasks, env_conf
     config = env_config.model_copy(update={"edit_attempts": 2})
     calls = []
 
-    def failing_tester(task, workspace):
-        calls.append((workspace.root / "m.py").read_text())
+    def failing_tester(task, tree):
+        calls.append(tree.read_bytes("m.py").decode())
         return GradeResult(False, 0.0, 0, 1, 0, 0, {task.FAIL_TO_PASS[0]: "FAILED"})
 
     with EnvSession.open(task, config, tester=failing_tester) as s:

@@ -76,7 +76,7 @@ class Grader:
     def __init__(self, gold: dict[str, str]) -> None:
         self.gold = gold
 
-    def grade_many(self, items, fast: bool = False) -> list[GradeResult]:
+    def grade_many(self, items, fast: bool = False, changes=None) -> list[GradeResult]:
         out = []
         for task, patch in items:
             ok = patch == self.gold[task.instance_id]

@@ -38,9 +38,9 @@ class CountingPool(GradingPool):
 
     graded = 0
 
-    def grade_many(self, items, fast=False):
+    def grade_many(self, items, fast=False, changes=None):
         self.graded += len(items)
-        return super().grade_many(items, fast)
+        return super().grade_many(items, fast, changes)
 
 
 @pytest.mark.sandbox
