@@ -291,7 +291,7 @@ async def feedback_step(
     }
 
 
-async def raw_batch(pool: ServerPool, episodes: list) -> tuple[int, float]:
+async def raw_batch(pool: ServerPool, episodes: list) -> tuple[int, float, float]:
     """The episodes' prompts with their generated lengths, all at once (one request per length)."""
     by_length: dict[int, list[list[int]]] = defaultdict(list)
     for e in episodes:
@@ -310,9 +310,11 @@ async def raw_batch(pool: ServerPool, episodes: list) -> tuple[int, float]:
     ]
     async with httpx.AsyncClient(timeout=3600) as client:
         start = time.perf_counter()
-        answers = await asyncio.gather(*(client.post(f"{pool.urls[0]}/v1/completions", json=b) for b in bodies))
+        with CpuLedger() as cpu:
+            answers = await asyncio.gather(*(client.post(f"{pool.urls[0]}/v1/completions", json=b) for b in bodies))
         seconds = time.perf_counter() - start
-    return sum(len(c["token_ids"]) for a in answers for c in a.json()["choices"]), seconds
+    tokens = sum(len(c["token_ids"]) for a in answers for c in a.json()["choices"])
+    return tokens, seconds, cpu.seconds.get("engine_core", 0.0)
 
 
 # ---- the run ------------------------------------------------------------------------
@@ -332,7 +334,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     attempts = config.env.edit_attempts
     fb: list[dict] = []
     one: list[dict] = []
-    raw: list[tuple[int, float]] = []
+    raw: list[tuple[int, float, float]] = []
     grader = GradingPool(config.env)
     try:
         async with ServerPool(inference) as pool:
@@ -360,10 +362,15 @@ async def timed_evaluation(agent: AgentLoop, grader: GradingPool, config: RunCon
     return {"eval_s": round(time.monotonic() - start, 1), "eval_tasks": n, "eval_pass_at_1": result.pass_at_1}
 
 
-def summarize(fb: list[dict], one: list[dict], raw: list[tuple[int, float]], args: argparse.Namespace) -> dict:
+def summarize(fb: list[dict], one: list[dict], raw: list[tuple[int, float, float]], args: argparse.Namespace) -> dict:
     fb_tps = sum(s["tokens"] for s in fb) / sum(s["episodes_s"] for s in fb)
     one_tps = sum(s["tokens"] for s in one) / sum(s["episodes_s"] for s in one)
-    raw_tps = sum(t for t, _ in raw) / sum(s for _, s in raw)
+    raw_tps = sum(t for t, _, _ in raw) / sum(s for _, s, _ in raw)
+    # The engine core's CPU per generated token, raw and in feedback episodes: how much
+    # more work the server itself does per token (prefill of each turn's new context,
+    # smaller batches), whatever the rest of the machine does.
+    raw_engine_ms = 1000 * sum(c for _, _, c in raw) / sum(t for t, _, _ in raw)
+    fb_engine_ms = 1000 * sum(s["cpu_s"].get("engine_core", 0.0) for s in fb) / sum(s["tokens"] for s in fb)
     mean = lambda key: round(statistics.fmean(s[key] for s in fb), 3)  # noqa: E731
     vllm = {k: round(statistics.fmean(s["vllm"][k] for s in fb), 3) for k in fb[0]["vllm"]}
     hits = vllm["prefix_cache_hits_total"] / max(1.0, vllm["prefix_cache_queries_total"])
@@ -403,6 +410,8 @@ def summarize(fb: list[dict], one: list[dict], raw: list[tuple[int, float]], arg
         "generated_tokens": vllm["generation_tokens_total"],
         "prefix_cache_hit_rate": round(hits, 3),
         "cpu_s": cpu,  # CPU seconds of the episodes (episodes_s of wall), by process
+        "engine_cpu_ms_per_token": round(fb_engine_ms, 3),
+        "raw_engine_cpu_ms_per_token": round(raw_engine_ms, 3),
         "resolved": mean("resolved"),
         "episodes": args.episodes,
         "rounds": args.rounds,
