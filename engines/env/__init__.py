@@ -12,6 +12,7 @@ Usable as a plain library (no Prefect). Modules, one idea each:
     report     SWE-bench-compatible log parsing and resolution report
     grader     grade one patch; a pool that grades many in parallel
     session    the environment side of one multi-turn agent episode
+    session_tree  an episode's tree: in memory until a command needs a directory
     micro      generated micro bug-fix tasks and their oracle episodes
     corpus     save/load a task corpus; SWE-bench-style JSONL import/export
     sdists     pinned, cached PyPI source distributions
