@@ -8,6 +8,10 @@ vLLM server, beside the one-shot protocol and raw vLLM, in one run.
   oneshot  : the same tasks with env.edit_attempts = 0 (edits are not tested)
   raw      : vLLM alone generating the feedback episodes' prompts with the same
              output lengths (eos ignored), all at once: what the server can do
+  replay   : the feedback episodes' turns sent again as they were (each turn's
+             prompt, the recorded context, with its generated length), every
+             episode's next turn the moment its last one returns: what the server
+             can do with this protocol's requests when tools and tests take no time
 
 The model is the default run's warm start, taken from the warm-start cache
 (engines/trainer/warm_start_cache.py; the same key as `tandem run`, so either one
@@ -317,6 +321,45 @@ async def raw_batch(pool: ServerPool, episodes: list) -> tuple[int, float, float
     return tokens, seconds, cpu.seconds.get("engine_core", 0.0)
 
 
+def turn_requests(episode: Any) -> list[tuple[list[int], int]]:
+    """Each model turn of `episode` as (its prompt ids, its generated length): the
+    turns are the runs of loss-masked ids in the completion."""
+    turns, start = [], None
+    for i, (masked, _) in enumerate(zip([*episode.loss_mask, False], [*episode.completion_ids, 0])):
+        if masked and start is None:
+            start = i
+        elif not masked and start is not None:
+            turns.append((episode.prompt_ids + episode.completion_ids[:start], i - start))
+            start = None
+    return turns
+
+
+async def replay_turns(pool: ServerPool, episodes: list) -> tuple[int, float]:
+    """Every episode's turns in order, each sent as soon as the one before returns."""
+    limits = httpx.Limits(max_connections=len(episodes), max_keepalive_connections=len(episodes))
+    async with httpx.AsyncClient(timeout=3600, limits=limits) as client:
+
+        async def episode(turns: list[tuple[list[int], int]]) -> int:
+            made = 0
+            for prompt, n in turns:
+                body = {
+                    "model": pool.model_name,
+                    "prompt": prompt,
+                    "max_tokens": n,
+                    "temperature": 0.7,
+                    "ignore_eos": True,
+                    "logprobs": 0,
+                    "return_token_ids": True,
+                }
+                answer = await client.post(f"{pool.urls[0]}/v1/completions", json=body)
+                made += len(answer.json()["choices"][0]["token_ids"])
+            return made
+
+        start = time.perf_counter()
+        made = await asyncio.gather(*(episode(turn_requests(e)) for e in episodes))
+        return sum(made), time.perf_counter() - start
+
+
 # ---- the run ------------------------------------------------------------------------
 
 
@@ -335,6 +378,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     fb: list[dict] = []
     one: list[dict] = []
     raw: list[tuple[int, float, float]] = []
+    replay: list[tuple[int, float]] = []
     grader = GradingPool(config.env)
     try:
         async with ServerPool(inference) as pool:
@@ -345,10 +389,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 fb.append(await feedback_step(agent, grader, config, tasks, args.group, attempts))
                 one.append(await feedback_step(agent, grader, config, tasks, args.group, 0))
                 raw.append(await raw_batch(pool, fb[-1]["episodes"]))
+                replay.append(await replay_turns(pool, fb[-1]["episodes"]))
             evaluation = await timed_evaluation(agent, grader, config, args.eval_tasks) if args.eval_tasks else {}
     finally:
         grader.close()
-    return {**summarize(fb, one, raw, args), **evaluation}
+    return {**summarize(fb, one, raw, replay, args), **evaluation}
 
 
 async def timed_evaluation(agent: AgentLoop, grader: GradingPool, config: RunConfig, n: int) -> dict[str, Any]:
@@ -362,10 +407,17 @@ async def timed_evaluation(agent: AgentLoop, grader: GradingPool, config: RunCon
     return {"eval_s": round(time.monotonic() - start, 1), "eval_tasks": n, "eval_pass_at_1": result.pass_at_1}
 
 
-def summarize(fb: list[dict], one: list[dict], raw: list[tuple[int, float, float]], args: argparse.Namespace) -> dict:
+def summarize(
+    fb: list[dict],
+    one: list[dict],
+    raw: list[tuple[int, float, float]],
+    replay: list[tuple[int, float]],
+    args: argparse.Namespace,
+) -> dict:
     fb_tps = sum(s["tokens"] for s in fb) / sum(s["episodes_s"] for s in fb)
     one_tps = sum(s["tokens"] for s in one) / sum(s["episodes_s"] for s in one)
     raw_tps = sum(t for t, _, _ in raw) / sum(s for _, s, _ in raw)
+    replay_tps = sum(t for t, _ in replay) / sum(s for _, s in replay)
     # The engine core's CPU per generated token, raw and in feedback episodes: how much
     # more work the server itself does per token (prefill of each turn's new context,
     # smaller batches), whatever the rest of the machine does.
@@ -390,6 +442,9 @@ def summarize(fb: list[dict], one: list[dict], raw: list[tuple[int, float, float
         "raw_tokens_per_s": round(raw_tps, 1),
         "feedback_efficiency": round(fb_tps / raw_tps, 3),
         "feedback_vs_oneshot": round(fb_tps / one_tps, 3),
+        "replay_tokens_per_s": round(replay_tps, 1),
+        "replay_efficiency": round(replay_tps / raw_tps, 3),  # the server's own ceiling for these turns
+        "feedback_vs_replay": round(fb_tps / replay_tps, 3),
         "step_s": mean("step_s"),
         "episodes_s": mean("episodes_s"),
         "final_grading_s": mean("final_grading_s"),
