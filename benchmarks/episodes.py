@@ -61,6 +61,7 @@ from engines.env.session import EnvSession, Tester
 from engines.env.types import Task
 from engines.inference.agent import AgentLoop, EpisodeRequest
 from engines.inference.server_pool import ServerPool
+from engines.inference.types import SamplingParams
 from engines.model.load import load_tokenizer
 from engines.rollout.evaluate import evaluate_tasks
 from engines.rollout.step import GradeCache, grade_episodes, pool_tester
@@ -335,29 +336,19 @@ def turn_requests(episode: Any) -> list[tuple[list[int], int]]:
 
 
 async def replay_turns(pool: ServerPool, episodes: list) -> tuple[int, float]:
-    """Every episode's turns in order, each sent as soon as the one before returns."""
-    limits = httpx.Limits(max_connections=len(episodes), max_keepalive_connections=len(episodes))
-    async with httpx.AsyncClient(timeout=3600, limits=limits) as client:
+    """Every episode's turns in order through the pool's own transport (the agent loop's
+    coalesced requests), each sent as soon as the one before returns."""
 
-        async def episode(turns: list[tuple[list[int], int]]) -> int:
-            made = 0
-            for prompt, n in turns:
-                body = {
-                    "model": pool.model_name,
-                    "prompt": prompt,
-                    "max_tokens": n,
-                    "temperature": 0.7,
-                    "ignore_eos": True,
-                    "logprobs": 0,
-                    "return_token_ids": True,
-                }
-                answer = await client.post(f"{pool.urls[0]}/v1/completions", json=body)
-                made += len(answer.json()["choices"][0]["token_ids"])
-            return made
+    async def episode(turns: list[tuple[list[int], int]]) -> int:
+        made = 0
+        for prompt, n in turns:
+            params = SamplingParams(max_tokens=n, temperature=0.7, ignore_eos=True)
+            made += len((await pool.generate(prompt, params)).token_ids)
+        return made
 
-        start = time.perf_counter()
-        made = await asyncio.gather(*(episode(turn_requests(e)) for e in episodes))
-        return sum(made), time.perf_counter() - start
+    start = time.perf_counter()
+    made = await asyncio.gather(*(episode(turn_requests(e)) for e in episodes))
+    return sum(made), time.perf_counter() - start
 
 
 # ---- the run ------------------------------------------------------------------------
