@@ -335,7 +335,7 @@ def turn_requests(episode: Any) -> list[tuple[list[int], int]]:
     return turns
 
 
-async def replay_turns(pool: ServerPool, episodes: list) -> tuple[int, float]:
+async def replay_turns(pool: ServerPool, episodes: list) -> tuple[int, float, float]:
     """Every episode's turns in order through the pool's own transport (the agent loop's
     coalesced requests), each sent as soon as the one before returns."""
 
@@ -347,8 +347,9 @@ async def replay_turns(pool: ServerPool, episodes: list) -> tuple[int, float]:
         return made
 
     start = time.perf_counter()
-    made = await asyncio.gather(*(episode(turn_requests(e)) for e in episodes))
-    return sum(made), time.perf_counter() - start
+    with CpuLedger() as cpu:
+        made = await asyncio.gather(*(episode(turn_requests(e)) for e in episodes))
+    return sum(made), time.perf_counter() - start, cpu.seconds.get("engine_core", 0.0)
 
 
 # ---- the run ------------------------------------------------------------------------
@@ -369,7 +370,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     fb: list[dict] = []
     one: list[dict] = []
     raw: list[tuple[int, float, float]] = []
-    replay: list[tuple[int, float]] = []
+    replay: list[tuple[int, float, float]] = []
     grader = GradingPool(config.env)
     try:
         async with ServerPool(inference) as pool:
@@ -402,17 +403,18 @@ def summarize(
     fb: list[dict],
     one: list[dict],
     raw: list[tuple[int, float, float]],
-    replay: list[tuple[int, float]],
+    replay: list[tuple[int, float, float]],
     args: argparse.Namespace,
 ) -> dict:
     fb_tps = sum(s["tokens"] for s in fb) / sum(s["episodes_s"] for s in fb)
     one_tps = sum(s["tokens"] for s in one) / sum(s["episodes_s"] for s in one)
     raw_tps = sum(t for t, _, _ in raw) / sum(s for _, s, _ in raw)
-    replay_tps = sum(t for t, _ in replay) / sum(s for _, s in replay)
-    # The engine core's CPU per generated token, raw and in feedback episodes: how much
-    # more work the server itself does per token (prefill of each turn's new context,
-    # smaller batches), whatever the rest of the machine does.
-    raw_engine_ms = 1000 * sum(c for _, _, c in raw) / sum(t for t, _, _ in raw)
+    replay_tps = sum(t for t, _, _ in replay) / sum(s for _, s, _ in replay)
+    # The engine core's CPU per generated token, raw, replayed and in feedback episodes:
+    # the work each turn's prefill and smaller batches add, and what sharing the cores
+    # with the environment adds to it.
+    engine_ms = lambda runs: 1000 * sum(c for _, _, c in runs) / sum(t for t, _, _ in runs)  # noqa: E731
+    raw_engine_ms, replay_engine_ms = engine_ms(raw), engine_ms(replay)
     fb_engine_ms = 1000 * sum(s["cpu_s"].get("engine_core", 0.0) for s in fb) / sum(s["tokens"] for s in fb)
     mean = lambda key: round(statistics.fmean(s[key] for s in fb), 3)  # noqa: E731
     vllm = {k: round(statistics.fmean(s["vllm"][k] for s in fb), 3) for k in fb[0]["vllm"]}
@@ -458,6 +460,7 @@ def summarize(
         "cpu_s": cpu,  # CPU seconds of the episodes (episodes_s of wall), by process
         "engine_cpu_ms_per_token": round(fb_engine_ms, 3),
         "raw_engine_cpu_ms_per_token": round(raw_engine_ms, 3),
+        "replay_engine_cpu_ms_per_token": round(replay_engine_ms, 3),
         "resolved": mean("resolved"),
         "episodes": args.episodes,
         "rounds": args.rounds,

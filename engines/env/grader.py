@@ -181,7 +181,8 @@ class GradingPool:
         start = time.monotonic()
         try:
             slot.root.mkdir(parents=True, exist_ok=True)
-            if fast and (early := _plain_grade(task, patch, changes, self.config, self.runner, slot, start)):
+            early = _plain_grade(task, patch, changes, self.config, self.runner, slot, start) if fast else None
+            if early is not None:
                 return early
             return _grade(task, patch, self.config, self.runner, slot, start, fast)
         except (EnvError, ValueError, OSError) as exc:

@@ -1,15 +1,17 @@
 """The environment side of one multi-turn agent episode.
 
 `EnvSession.open(task, config)` gives the episode a private copy of the task's base
-(a SessionTree: in memory until bash or a cold sandbox needs it on disk); `step(action_text)` parses one model turn with `engines.protocol` and runs
-the tool: view and edit/replace/change on the host (paths confined to the copy), bash
-and test inside the sandbox. With a `tester` (a grading pool's warm sandboxes,
-engines/rollout/step.py), `test` runs the task's tests on the session's diff
+(a SessionTree: in memory until bash or a cold sandbox needs it on disk);
+`step(action_text)` parses one model turn with `engines.protocol` and runs the tool:
+view and edit/replace/change on the copy (paths confined to it), bash and test
+inside the sandbox. With a `tester` (a grading pool's warm sandboxes,
+engines/rollout/step.py), `test` runs the task's tests on the session's changes
 there, within the pool's memory bound: for a micro task its plain test functions
 are called without pytest (plain_runner.py, same statuses), about 12 ms a call
 against 43 ms through pytest and 220 ms in a cold sandbox. Text that does not
-parse, a bad path or a failing command become observations, never exceptions. `patch()` is the diff of the copy
-against the base, taken here, never from the model's text.
+parse, a bad path or a failing command become observations, never exceptions.
+`patch()` is the diff of the copy against the base, taken here, never from the
+model's text.
 
 Methods block (the agent loop calls them through asyncio.to_thread); each session
 owns its copy and a lock, so sessions on different threads never interfere.

@@ -15,7 +15,7 @@ import posixpath
 import tempfile
 from pathlib import Path
 
-from engines.env.workspace import Files, Workspace, read_tree, unified_diff
+from engines.env.workspace import Files, Workspace, unified_diff
 
 
 class SessionTree:
@@ -48,10 +48,6 @@ class SessionTree:
             (self._disk.root / rel).write_bytes(data)
         else:
             self._written[rel] = data
-
-    def files(self) -> Files:
-        """The whole tree as it stands (read back from disk once it is there)."""
-        return read_tree(self._disk.root) if self._disk is not None else self.base | self._written
 
     def changes(self) -> Files | None:
         """The files this episode changed, as they stand; None once the tree is on disk
