@@ -181,10 +181,7 @@ class GradingPool:
         start = time.monotonic()
         try:
             slot.root.mkdir(parents=True, exist_ok=True)
-            early = _plain_grade(task, patch, changes, self.config, self.runner, slot, start) if fast else None
-            if early is not None:
-                return early
-            return _grade(task, patch, self.config, self.runner, slot, start, fast)
+            return _grade(task, patch, self.config, self.runner, slot, start, fast, changes)
         except (EnvError, ValueError, OSError) as exc:
             return _result(task, start, infra=f"task {task.instance_id}: {exc}")
         finally:
@@ -204,7 +201,14 @@ class GradingPool:
 
 
 def _grade(
-    task: Task, patch: str, config: EnvConfig, runner: Runner, slot: _Slot, start: float, fast: bool = False
+    task: Task,
+    patch: str,
+    config: EnvConfig,
+    runner: Runner,
+    slot: _Slot,
+    start: float,
+    fast: bool = False,
+    changes: Files | None = None,
 ) -> GradeResult:
     if not isinstance(patch, str):
         return _result(task, start, notes=f"patch must be text, got {type(patch).__name__}", applied=False)
@@ -212,6 +216,10 @@ def _grade(
         return _result(
             task, start, notes=f"patch larger than max_patch_bytes={config.max_patch_bytes}; not applied", applied=False
         )
+    if fast and changes is not None:
+        early = _plain_grade(task, changes, config, runner, slot, start)
+        if early is not None:
+            return early
     filtered = filter_patch(patch, protected_files(task))
     if filtered.error:
         return _result(task, start, notes=filtered.error, applied=False)
@@ -246,17 +254,14 @@ def _grade(
 
 
 def _plain_grade(
-    task: Task, patch: str, changes: Files | None, config: EnvConfig, runner: Runner, slot: _Slot, start: float
+    task: Task, changes: Files, config: EnvConfig, runner: Runner, slot: _Slot, start: float
 ) -> GradeResult | None:
-    """A fast grade of the base with `changes` (the files `patch` writes) over it, without
-    git: for base files the allowlist admits, when the plain runner can decide. None:
-    grade the patch."""
+    """A fast grade of the base with `changes` (the files the patch writes) over it,
+    without git: for base files the allowlist admits, when the plain runner can decide.
+    None: grade the patch."""
     protected = protected_files(task)
     if not (
-        changes is not None
-        and isinstance(runner, BwrapRunner)
-        and isinstance(patch, str)
-        and len(patch.encode("utf-8", "surrogateescape")) <= config.max_patch_bytes
+        isinstance(runner, BwrapRunner)
         and slot.plain_ready(task, list(changes), config)
         and all(is_allowed(p, protected) for p in changes)
     ):
