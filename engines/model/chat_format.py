@@ -50,18 +50,20 @@ _MARK = "TandemTurnMark7q"
 # For models never trained on the action language (every Hub model): what a turn may
 # say. Models trained on the micro demonstrations (the tiny warm start) need none.
 SYSTEM_PROMPT = """You fix a bug in a repository. Each of your turns is one action: a first line naming the tool and its arguments, then an optional body. Tools:
-view PATH [START END]   show numbered lines of a file
+view PATH [START-END]   show numbered lines of a file, a page at a time
+view PATH NAME          show one function or class; NAME may be qualified (Class.method)
 edit PATH LINE          replace line LINE (1-based) with the body's lines
 replace PATH            body: the old text, a line =====, then the new text
-change PATH SCOPE       SCOPE a line number or function name; body: OLD text (once in SCOPE), then NEW text
+change PATH SCOPE       SCOPE a line number or a NAME as for view; body: OLD text (once in SCOPE) on one line, NEW text on the next
+undo                    revert your last edit
 bash                    run the body as a shell command
-test                    run the task's visible tests
+test                    run the repository's tests as they are (hidden tests may decide the grade)
 submit                  end the episode; your changes are graded
-Write nothing but the action."""
+After an edit the tests may run; the observation says which fail and whether your edit was kept. Write nothing but the action."""
 
 # The same for native tool calls (inference.tool_format = "hermes"): the tools themselves
 # reach the model through the template's tools section.
-TOOL_CALL_SYSTEM_PROMPT = """You fix a bug in a repository. Each of your turns is exactly one call of one of the tools you are given: view a file, edit a line, replace or change text, run bash, run the tests, or submit when the tests pass. Write nothing but the call."""
+TOOL_CALL_SYSTEM_PROMPT = """You fix a bug in a repository. Each of your turns is exactly one call of one of the tools you are given: view a file or one function (Class.method), edit a line, replace or change text, undo your last edit, run bash, run the tests, or submit when the fix is done. Write nothing but the call."""
 
 Render = Callable[[list[Message], bool], str]
 
