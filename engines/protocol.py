@@ -11,17 +11,20 @@ A conversation is a sequence of turns framed by special tokens:
 The model produces ACTION text and stops at `<|end|>`. An ACTION is a first line
 naming the tool and its arguments, then an optional body:
 
-    view PATH [START END]     show numbered lines of a file
-    view PATH FUNCTION        show the numbered lines of one function
+    view PATH [START-END]     show numbered lines of a file, a page at a time
+                              (`view PATH START END` is read the same)
+    view PATH NAME            show the numbered lines of one function or class;
+                              NAME may be qualified: Class.method, outer.inner
     edit PATH LINE            replace line LINE (1-based) with the body's lines
     <replacement line(s)>
     replace PATH              str_replace: body is OLD, a line '=====', then NEW
     <old text>
     =====
     <new text>
-    change PATH SCOPE         replace OLD (once in SCOPE: a line number or a function
-    <old text>                name) by NEW; both one line, OLD often a single token
+    change PATH SCOPE         replace OLD (once in SCOPE: a line number or a NAME as
+    <old text>                for view) by NEW; both one line, OLD often a single token
     <new text>
+    undo                      revert the last edit still in place
     bash                      run the body as a shell command in the sandbox
     <command>
     test                      run the task's visible tests
@@ -55,20 +58,20 @@ CHAT_TEMPLATE = (
 )
 
 REPLACE_SEPARATOR = "====="
-TOOLS = ("view", "edit", "replace", "change", "bash", "test", "submit")
+TOOLS = ("view", "edit", "replace", "change", "undo", "bash", "test", "submit")
 EDIT_TOOLS = ("edit", "replace", "change")  # the tools that change a file (attempts under edit feedback)
 
 
 @dataclass(frozen=True)
 class Action:
-    tool: Literal["view", "edit", "replace", "change", "bash", "test", "submit"]
+    tool: Literal["view", "edit", "replace", "change", "undo", "bash", "test", "submit"]
     path: str | None = None
     line: int | None = None  # edit: 1-based line; view: start line; change: the line scope
     end_line: int | None = None  # view: last line shown
     body: str = ""  # edit: replacement; bash: command
     old: str = ""  # replace, change
     new: str = ""  # replace, change
-    scope: str = ""  # change: the function scope (when `line` is None); view: the function shown
+    scope: str = ""  # change: the function or class scope (when `line` is None); view: the one shown
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def parse_action(text: str) -> Action | InvalidAction:
     tool, args = words[0], words[1:]
     if tool not in TOOLS:
         return InvalidAction(f"unknown tool {tool!r}; use one of: {', '.join(TOOLS)}")
-    if tool in ("test", "submit"):
+    if tool in ("test", "submit", "undo"):
         return Action(tool)
     if tool == "bash":
         command = body or " ".join(args)
@@ -94,11 +97,7 @@ def parse_action(text: str) -> Action | InvalidAction:
         return InvalidAction(f"{tool}: give a file path")
     path = args[0]
     if tool == "view":
-        if len(args) == 3 and args[1].isdigit() and args[2].isdigit():
-            return Action("view", path=path, line=int(args[1]), end_line=int(args[2]))
-        if len(args) == 2 and args[1].isidentifier():
-            return Action("view", path=path, scope=args[1])
-        return Action("view", path=path) if len(args) == 1 else InvalidAction("usage: view PATH [START END | FUNCTION]")
+        return _view(path, args[1:])
     if tool == "edit":
         if len(args) != 2 or not args[1].isdigit() or int(args[1]) < 1:
             return InvalidAction("usage: edit PATH LINE, then the new line(s) below")
@@ -112,6 +111,28 @@ def parse_action(text: str) -> Action | InvalidAction:
     return Action("replace", path=path, old=old, new=new)
 
 
+def is_qualified_name(text: str) -> bool:
+    """`name` or `Class.method` (dotted identifiers): what `view` and `change` take as a scope."""
+    return all(part.isidentifier() for part in text.split("."))
+
+
+def _view(path: str, args: list[str]) -> Action | InvalidAction:
+    usage = "usage: view PATH [START-END | NAME], NAME a function or class (Class.method)"
+    if not args:
+        return Action("view", path=path)
+    span = args[0].split("-") if len(args) == 1 and "-" in args[0] else args
+    if len(span) == 2 and all(p.isdigit() for p in span):
+        start, end = int(span[0]), int(span[1])
+        if start < 1 or end < start:
+            return InvalidAction(f"view: give lines START-END with 1 <= START <= END (got {start}-{end})")
+        return Action("view", path=path, line=start, end_line=end)
+    if len(args) == 1 and args[0].isdigit():
+        return Action("view", path=path, line=max(1, int(args[0])))
+    if len(args) == 1 and is_qualified_name(args[0]):
+        return Action("view", path=path, scope=args[0])
+    return InvalidAction(usage)
+
+
 def _change(path: str, args: list[str], body: str) -> Action | InvalidAction:
     usage = "usage: change PATH LINE_OR_FUNCTION, then OLD on one line and NEW on the next"
     parts = body.split("\n")
@@ -122,18 +143,22 @@ def _change(path: str, args: list[str], body: str) -> Action | InvalidAction:
         return (
             Action("change", path=path, line=int(scope), old=old, new=new) if int(scope) >= 1 else InvalidAction(usage)
         )
+    if not is_qualified_name(scope):
+        return InvalidAction(f"change: SCOPE {scope!r} is neither a line number nor a name (function, Class.method)")
     return Action("change", path=path, scope=scope, old=old, new=new)
 
 
 def render_action(action: Action) -> str:
     """Inverse of `parse_action`: the canonical text of an action (oracle demonstrations)."""
-    if action.tool in ("test", "submit"):
+    if action.tool in ("test", "submit", "undo"):
         return action.tool
     if action.tool == "bash":
         return f"bash\n{action.body}"
     if action.tool == "view":
-        rng = f" {action.line} {action.end_line}" if action.line is not None else ""
-        return f"view {action.path}{rng}" + (f" {action.scope}" if action.scope else "")
+        if action.line is not None:
+            end = action.end_line if action.end_line is not None else action.line
+            return f"view {action.path} {action.line}-{end}"
+        return f"view {action.path}" + (f" {action.scope}" if action.scope else "")
     if action.tool == "edit":
         return f"edit {action.path} {action.line}\n{action.body}"
     if action.tool == "change":

@@ -41,7 +41,8 @@ _STR, _INT = {"type": "string"}, {"type": "integer"}
 TOOL_SCHEMAS: list[dict[str, Any]] = [
     _schema(
         "view",
-        "Show numbered lines of a file: all, `start` to `end`, or the one function named `function`.",
+        "Show numbered lines of a file: a page from the top, `start` to `end`, or the one function or class named "
+        "`function` (qualified as `Class.method` where the name repeats).",
         {"path": _STR, "start": _INT, "end": _INT, "function": _STR},
         ["path"],
     ),
@@ -59,13 +60,15 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
     ),
     _schema(
         "change",
-        "Replace one-line `old` by `new` once within `scope` (a line number or a function name).",
+        "Replace one-line `old` by `new` once within `scope` (a line number, or a function or class name, "
+        "qualified as `Class.method` where the name repeats).",
         {"path": _STR, "scope": _STR, "old": _STR, "new": _STR},
         ["path", "scope", "old", "new"],
     ),
+    _schema("undo", "Revert your last edit that is still in place.", {}, []),
     _schema("bash", "Run a shell command in the sandbox.", {"command": _STR}, ["command"]),
-    _schema("test", "Run the task's visible tests.", {}, []),
-    _schema("submit", "End the episode; the environment takes the diff.", {}, []),
+    _schema("test", "Run the repository's tests as they are (hidden tests may decide the grade).", {}, []),
+    _schema("submit", "End the episode; your changes are graded.", {}, []),
 ]
 _REQUIRED = {s["function"]["name"]: s["function"]["parameters"] for s in TOOL_SCHEMAS}
 
@@ -96,7 +99,7 @@ def parse_tool_call(text: str) -> Action | InvalidAction:
 
 
 def _action(name: str, args: dict[str, Any]) -> Action | InvalidAction:
-    if name in ("test", "submit"):
+    if name in ("test", "submit", "undo"):
         return Action(name)
     if name == "bash":
         return (
@@ -124,7 +127,7 @@ def _action(name: str, args: dict[str, Any]) -> Action | InvalidAction:
 
 def render_tool_call(action: Action) -> str:
     """Inverse of `parse_tool_call`: the canonical tool-call text of an action (oracle demonstrations)."""
-    if action.tool in ("test", "submit"):
+    if action.tool in ("test", "submit", "undo"):
         args: dict[str, Any] = {}
     elif action.tool == "bash":
         args = {"command": action.body}

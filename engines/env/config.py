@@ -92,15 +92,31 @@ class EnvConfig(BaseModel):
         0,
         ge=0,
         description="Edit feedback (engines/env/feedback.py): 0 = edits are plain; N > 0 = every edit runs the task's "
-        "tests at once, a failing edit is rolled back, and the episode ends when the tests pass or after N failing edits.",
+        "visible tests at once and the model sees which fail; the episode ends when the grading tests pass in-session "
+        "or after N tested edits.",
+    )
+    feedback: Literal["rollback", "keep"] = Field(
+        "rollback",
+        description="What edit feedback does with an edit whose tests fail: 'rollback' undoes it at once (the micro "
+        "protocol every learning figure was measured with: one edit fixes a micro task); 'keep' leaves the tree as the "
+        "agent made it, so a fix that needs several edits can be assembled, and `undo` is the agent's own choice "
+        "(real repositories).",
+    )
+    view_lines: int = Field(
+        60,
+        ge=5,
+        description="Lines one `view` shows at most (a page); a longer file or function is paged and the observation "
+        "names the range to view next. 60 lines of real code are about 600-900 tokens.",
     )
     max_patch_bytes: int = Field(
         2_000_000, ge=1024, description="Patches larger than this are graded as failures without being applied (bytes)."
     )
     observation_chars: int = Field(
-        1200,
+        6000,
         ge=100,
-        description="Longest tool observation returned to the agent (characters); micro tasks need a few hundred.",
+        description="Longest tool observation the environment returns (characters), a bound on bash and test output; "
+        "the cut is stated in the observation. The agent loop then cuts it to "
+        "inference.limits.max_observation_tokens tokens of the served model. 6000 holds a 60-line page of real code.",
     )
     scratch_dir: str = Field(
         default_factory=lambda: os.environ.get("TANDEM_ENV_SCRATCH", "/tmp/tandem-env"),

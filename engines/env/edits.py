@@ -7,19 +7,19 @@ edit without a workspace. A refused edit is an `EditError` whose message becomes
 observation (the file is left as it was).
 
 `change PATH SCOPE` replaces OLD by NEW where OLD occurs exactly once inside SCOPE:
-line SCOPE when it is a number, else the lines of the function named SCOPE. OLD is
+line SCOPE when it is a number, else the lines of the function or class named SCOPE
+(qualified as `Class.method` where the name repeats: engines/env/scopes.py). OLD is
 matched as plain text (like str_replace), within the scope only, so a short OLD (often
 the one token that changes) is enough and the model never copies a whole line.
 """
 
 from __future__ import annotations
 
-import ast
 import io
 import tokenize
 from dataclasses import dataclass
 
-from engines.env.parse import parse_module
+from engines.env.scopes import resolve
 from engines.protocol import Action
 
 
@@ -65,17 +65,10 @@ def _replace(path: str, lines: list[str], action: Action) -> Edited | EditError:
 
 
 def function_lines(lines: list[str], name: str) -> tuple[int, int] | str:
-    """1-based (first, last) line of the one function `name` in `lines`, or why not."""
-    try:
-        tree = parse_module("\n".join(lines))
-    except SyntaxError:
-        return "the file does not parse, so its functions cannot be found; use a line number"
-    found = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
-    if len(found) != 1:
-        names = sorted({n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))})
-        what = "no function" if not found else f"{len(found)} functions"
-        return f"{what} named {name!r}; functions: {', '.join(names) or 'none'}"
-    return found[0].lineno, found[0].end_lineno or found[0].lineno
+    """1-based (first, last) line of the one function or class `name` (`Class.method` where
+    the name repeats) in `lines`, or why not (engines/env/scopes.py)."""
+    found = resolve(lines, name)
+    return found if isinstance(found, str) else (found.first, found.last)
 
 
 def _change(path: str, lines: list[str], action: Action) -> Edited | EditError:

@@ -13,9 +13,15 @@ parse, a bad path or a failing command become observations, never exceptions.
 `patch()` is the diff of the copy against the base, taken here, never from the
 model's text.
 
+In-session tests are the ones the agent could see in the repository: for a task
+with a `test_patch` (an imported SWE-bench task) its test files run as the base has
+them, without the hidden patch, as SWE-bench hides them; the final grade applies the
+`test_patch` and runs FAIL_TO_PASS and PASS_TO_PASS (grader.py). Views are pages of
+`config.view_lines` lines, and every cut (a page, a long output) is stated in the
+observation with what to ask for next.
+
 Methods block (the agent loop calls them through asyncio.to_thread); each session
 owns its copy and a lock, so sessions on different threads never interfere.
-Observations are short (config.observation_chars) for tiny context windows.
 """
 
 from __future__ import annotations
@@ -26,25 +32,35 @@ from pathlib import Path
 
 from engines.env.config import EnvConfig
 from engines.env.edits import EditError, apply_edit, function_lines
-from engines.env.feedback import all_passed, attempt_observation, edit_echo, test_summary
+from engines.env.feedback import all_passed, attempt_observation, edit_echo, test_summary, undo_observation
 from engines.env.grader import node_args
 from engines.env.micro import numbered
-from engines.env.report import frame_log, report_from_log
+from engines.env.report import frame_log, parse_statuses, report_from_log
 from engines.env.sandbox import Runner, make_runner
 from engines.env.session_tree import SessionTree
 from engines.env.types import GradeResult, StepResult, Task
 from engines.env.workspace import base_files
 from engines.protocol import EDIT_TOOLS, Action, InvalidAction, parse_action
 
-_VIEW_LINES = 60  # lines shown by a bare `view PATH`
+
+def page(path: str, lines: list[str], first: int, last: int, page_lines: int, what: str = "") -> str:
+    """Numbered lines `first`..`last` (1-based) of `lines`, at most `page_lines` of them; a cut
+    is stated with the range to view next. `what` names the span (a function) in that note."""
+    end = min(last, first + page_lines - 1)
+    shown = numbered("\n".join(lines[first - 1 : end]), first)
+    if end >= last:
+        return shown
+    span = f"{what}, lines {first}-{last}" if what else f"{len(lines)} lines"
+    return f"{shown}\n[showing lines {first}-{end} of {span}; view {path} {end + 1}-{min(last, end + page_lines)} shows more]"
 
 
-def function_view(path: str, lines: list[str], name: str) -> str:
-    """What `view PATH NAME` shows: the numbered lines of the one function `name`."""
+def function_view(path: str, lines: list[str], name: str, page_lines: int = 60) -> str:
+    """What `view PATH NAME` shows: the numbered lines of the one function or class `name`
+    (`Class.method`), its first page when it is longer than `page_lines`."""
     span = function_lines(lines, name)
     if isinstance(span, str):
         return f"error: {path}: {span}"
-    return numbered("\n".join(lines[span[0] - 1 : span[1]]), span[0])
+    return page(path, lines, span[0], span[1], page_lines, what=name)
 
 
 class TestsUnavailable(RuntimeError):
@@ -60,6 +76,7 @@ class EnvSession:
         self.task, self.config, self.tree, self.tester = task, config, tree, tester
         self.done = False
         self.attempts = 0  # edits tested under edit feedback
+        self._in_place: list[tuple[str, bytes]] = []  # (path, bytes before) of each edit still in place
         self._runner: Runner | None = None
         self._lock = threading.Lock()
 
@@ -80,11 +97,9 @@ class EnvSession:
             if action.tool == "submit":
                 self.done = True
                 return StepResult("submitted", True)
-            handler = self._edit if action.tool in EDIT_TOOLS else getattr(self, f"_{action.tool}")
-            if action.tool in EDIT_TOOLS and self.config.edit_attempts:
-                saved = self._saved(action.path)
-                return self._attempt(handler(action), saved)
-            return StepResult(self._clip(handler(action)), False)
+            if action.tool in EDIT_TOOLS:
+                return self._edit_step(action)
+            return StepResult(self._clip(getattr(self, f"_{action.tool}")(action)), False)
 
     def patch(self) -> str:
         with self._lock:
@@ -105,13 +120,32 @@ class EnvSession:
         lines, error = self._read(action.path)
         if error:
             return error
+        page_lines = self.config.view_lines
         if action.scope:
-            return function_view(action.path, lines, action.scope)
+            return function_view(action.path, lines, action.scope, page_lines)
         start = max(1, action.line or 1)
-        end = min(len(lines), action.end_line or start + _VIEW_LINES - 1)
         if start > len(lines):
             return f"error: {action.path} has {len(lines)} lines"
-        return numbered("\n".join(lines[start - 1 : end]), start)
+        last = min(len(lines), action.end_line or len(lines))
+        return page(action.path, lines, start, last, page_lines)
+
+    def _edit_step(self, action: Action) -> StepResult:
+        """An edit; under edit feedback (edit_attempts > 0) an applied edit is an attempt."""
+        saved = self._saved(action.path)
+        edited = self._edit(action)
+        if edited.startswith("error:") or saved is None:  # not applied: no attempt, nothing to undo
+            return StepResult(self._clip(edited), False)
+        self._in_place.append(saved)
+        if self.config.edit_attempts:
+            return self._attempt()
+        return StepResult(self._clip(edited), False)
+
+    def _undo(self, action: Action) -> str:
+        if not self._in_place:
+            return "error: no edit to undo"
+        path, data = self._in_place.pop()
+        self.tree.write_bytes(path, data)
+        return undo_observation(path)
 
     def _edit(self, action: Action) -> str:
         """edit, replace and change (engines/env/edits.py applies each)."""
@@ -140,45 +174,66 @@ class EnvSession:
             return f"error: {err}"
         return "tests timed out" if statuses is None else test_summary(statuses)
 
-    def _attempt(self, edited: str, saved: tuple[str, bytes] | None) -> StepResult:
-        """Edit feedback (engines/env/feedback.py): the edit just made is tested, kept
-        when the tests pass (the episode ends) and rolled back when they fail. An edit
-        that did not apply is no attempt. The tests failing to run at all is the
-        harness's failure, raised so the episode is marked, not graded."""
-        if edited.startswith("error:") or saved is None:
-            return StepResult(self._clip(edited), False)
+    def _attempt(self) -> StepResult:
+        """Edit feedback (engines/env/feedback.py): the edit just made is tested. Under
+        rollback a failing edit is undone at once; under keep it stays. The episode ends
+        when the grading tests pass in-session (never when they are hidden) or after
+        edit_attempts attempts. The tests failing to run at all is the harness's
+        failure, raised so the episode is marked, not graded."""
         statuses = self._statuses()
+        hidden = bool(self.task.test_patch)
         if statuses is None:  # a timeout is the edit's fault (an endless loop, say)
-            statuses = {t: "TIMEOUT" for t in (*self.task.FAIL_TO_PASS, *self.task.PASS_TO_PASS)}
+            statuses = {t: "TIMEOUT" for t in self._visible_ids()}
         self.attempts += 1
         passed = all_passed(statuses)
-        if not passed:
-            self.tree.write_bytes(*saved)
-        self.done = passed or self.attempts >= self.config.edit_attempts
-        return StepResult(
-            self._clip(attempt_observation(statuses, self.attempts, self.config.edit_attempts)), self.done
-        )
+        keep = self.config.feedback == "keep"
+        if not passed and not keep:
+            path, data = self._in_place.pop()
+            self.tree.write_bytes(path, data)
+        self.done = (passed and not hidden) or self.attempts >= self.config.edit_attempts
+        text = attempt_observation(statuses, self.attempts, self.config.edit_attempts, kept=keep, hidden=hidden)
+        return StepResult(self._clip(text), self.done)
 
     def _statuses(self) -> dict[str, str] | None:
-        """Per-test status of the current tree; None when the run timed out.
+        """Per-test status of the current tree's visible tests; None when the run timed out.
 
         With a tester and tests that live in the repository (no test_patch), every
-        F2P and P2P test runs on the current diff in the tester's warm sandbox. Else a
-        cold sandbox runs the FAIL_TO_PASS tests.
+        F2P and P2P test runs on the current diff in the tester's warm sandbox; without
+        one, a cold sandbox runs them. A task with a test_patch keeps its grading tests
+        hidden: its test files run as the base has them, every test they hold reported.
         """
-        if self.tester is not None and not self.task.test_patch:
+        if self.task.test_patch:
+            return self._visible_statuses()
+        if self.tester is not None:
             result = self.tester(self.task, self.tree)
             if result.infra_failure:
                 raise TestsUnavailable(result.infra_message)
             return None if "timed out" in result.notes else dict(result.report)
-        ids = list(self.task.FAIL_TO_PASS)
-        cmd = " ".join([self.task.test_cmd, *node_args(ids)])
-        run = self._sandbox().run(cmd, self.tree.root)
-        if not run.started:
-            raise TestsUnavailable(run.infra_message)
-        if run.timed_out:
+        ids = self._visible_ids()
+        run = self._run_tests(node_args(ids))
+        if run is None:
             return None
         return report_from_log(frame_log(run.output, run.exit_code), self.task.log_parser, ids, []).statuses
+
+    def _visible_ids(self) -> list[str]:
+        return [*self.task.FAIL_TO_PASS, *self.task.PASS_TO_PASS] if not self.task.test_patch else []
+
+    def _visible_statuses(self) -> dict[str, str] | None:
+        """Every test of the task's test files that exist in the base tree, as the base has them."""
+        files = sorted({t.split("::")[0] for t in (*self.task.FAIL_TO_PASS, *self.task.PASS_TO_PASS)})
+        visible = [f for f in files if self.tree.read_bytes(f) is not None]
+        if not visible:
+            return {}
+        run = self._run_tests(visible)
+        if run is None:
+            return None
+        return parse_statuses(frame_log(run.output, run.exit_code), self.task.log_parser)[0]
+
+    def _run_tests(self, args: list[str]):
+        run = self._sandbox().run(" ".join([self.task.test_cmd, *args]), self.tree.root)
+        if not run.started:
+            raise TestsUnavailable(run.infra_message)
+        return None if run.timed_out else run
 
     # ---- helpers --------------------------------------------------------------------
 
@@ -214,5 +269,12 @@ class EnvSession:
         self.tree.write_bytes(located, ("\n".join(lines) + "\n").encode())
 
     def _clip(self, text: str) -> str:
+        """`text` within config.observation_chars, the cut stated (head and tail kept:
+        a test run's verdict is at its end)."""
         limit = self.config.observation_chars
-        return text if len(text) <= limit else text[: limit - 20] + "\n[... truncated]"
+        if len(text) <= limit:
+            return text
+        note = f"\n[... {{}} characters cut of {len(text)} ...]\n"
+        head = (limit - len(note) - 8) * 2 // 3
+        tail = limit - len(note) - 8 - head
+        return text[:head] + note.format(len(text) - head - tail) + text[-tail:]

@@ -45,11 +45,11 @@ def test_bash_and_test_tools_run_in_the_sandbox(micro_tasks, env_config):
     with EnvSession.open(task, env_config) as s:
         obs = s.step("bash\npwd; ls").observation
         assert "/repo" in obs and "m.py" in obs and "(exit 0)" in obs
-        before = s.step("test").observation
-        assert before.startswith(f"0 passed, {len(task.FAIL_TO_PASS)} failed")
+        before = s.step("test").observation  # every visible test: FAIL_TO_PASS and PASS_TO_PASS
+        assert before.startswith(f"{len(task.PASS_TO_PASS)} passed, {len(task.FAIL_TO_PASS)} failed")
         s.step(render_action(oracle_action(task)))
         after = s.step("test").observation
-        assert after.startswith(f"{len(task.FAIL_TO_PASS)} passed, 0 failed")
+        assert after.startswith(f"{len(task.FAIL_TO_PASS) + len(task.PASS_TO_PASS)} passed, 0 failed")
         # the diff is taken by the environment: what bash wrote counts, what the model claims does not
         s.step("bash\necho 'extra = 1' >> m.py")
         assert "+extra = 1" in s.patch()
