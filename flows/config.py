@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from engines.env.config import EnvConfig
 from engines.env.micro import DemonstrationKind, EditTool
+from engines.env.selection import Hint
 from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingConfig
 from engines.model.hub import is_hub_id
 from engines.model.tiny import TinyModelConfig
@@ -58,20 +59,40 @@ class TaskSetConfig(BaseModel):
     corpus_path: str | None = Field(
         None, description="Corpus directory (from `tandem tasks build`) when kind = corpus."
     )
-    train_tasks: int = Field(4000, ge=1, description="Micro tasks generated for training.")
+    train_tasks: int = Field(
+        4000,
+        ge=1,
+        description="Training tasks: micro tasks generated, or at most this many of the corpus's training split "
+        "(drawn by seed).",
+    )
     heldout_tasks: int = Field(
         500,
         ge=1,
-        description="Micro tasks generated for held-out evaluation (disjoint seed); 500 resolve a 10-point "
-        "change with a standard error near 2 points.",
+        description="Held-out tasks: micro tasks generated (disjoint seed), or at most this many of the corpus's "
+        "held-out split (drawn by seed); 500 resolve a 10-point change with a standard error near 2 points.",
     )
-    seed: int = Field(0, description="Seed of the micro-task generator (train uses seed, held-out seed + 1).")
+    seed: int = Field(
+        0,
+        description="Seed of the micro-task generator (train uses seed, held-out seed + 1), or of the draw from a "
+        "corpus (engines/env/selection.py).",
+    )
+    hint: Hint = Field(
+        "tests",
+        description="What a corpus task's problem statement says (engines/env/selection.py): 'tests' the failing "
+        "tests and their output only (SWE-bench's setting), 'file' also the file the bug is in, 'function' also "
+        "the function or class (Class.method). Micro statements always name the failing call: refused there.",
+    )
 
     @model_validator(mode="after")
     def _corpus(self) -> TaskSetConfig:
         if self.kind == "corpus" and not self.corpus_path:
             raise ValueError(
                 "tasks.corpus_path: required when tasks.kind = 'corpus' (build one with `tandem tasks build`)"
+            )
+        if self.kind == "micro" and self.hint != "tests":
+            raise ValueError(
+                f"tasks.hint = {self.hint!r}: micro tasks' statements name the failing call and nothing else is "
+                "written for them; the hint applies to tasks.kind = 'corpus'. Remove tasks.hint"
             )
         return self
 
@@ -254,9 +275,10 @@ class RunEnvConfig(EnvConfig):
     edit_attempts: int = Field(
         3,
         ge=0,
-        description="Every edit runs the tests; a failing edit is rolled back; the episode ends when they pass or "
-        "after this many failing edits (0: plain edits, one-shot). 3 distinct plausible guesses solve about three "
-        "times as many micro tasks as one, so what RL teaches (retry differently) carries over to unseen tasks.",
+        description="Every edit runs the visible tests and the model sees which fail; the episode ends when the "
+        "grading tests pass in-session or after this many tested edits (0: plain edits, one-shot). 3 distinct "
+        "plausible guesses solve about three times as many micro tasks as one, so what RL teaches (retry "
+        "differently) carries over to unseen tasks.",
     )
 
 
@@ -366,6 +388,12 @@ class RunConfig(BaseModel):
                 "model.path: required when tasks.kind = 'corpus' (the tiny warm start learns from micro-task "
                 "demonstrations); give a Hugging Face MoE directory"
             )
+        if self.tasks.kind == "corpus" and self.env.edit_attempts and self.env.feedback == "rollback":
+            raise ValueError(
+                "env.feedback = 'rollback' with tasks.kind = 'corpus': every failing edit would be undone, so a fix "
+                "that needs two edits could never be assembled; set env.feedback = 'keep' (the agent undoes with "
+                "`undo`), or env.edit_attempts = 0"
+            )
         sampled_at = self.inference.sampling.temperature
         if sampled_at != self.trainer.temperature:
             raise ValueError(
@@ -390,7 +418,7 @@ class RunConfig(BaseModel):
                 "trainer.sft.demonstrations = 'candidates' tries edits until the tests pass, which needs edit "
                 "feedback: set env.edit_attempts >= 1, or use demonstrations = 'oracle'"
             )
-        if self.eval.tasks > self.tasks.heldout_tasks and self.tasks.kind == "micro":
+        if self.eval.tasks > self.tasks.heldout_tasks:
             raise ValueError(
                 f"eval.tasks ({self.eval.tasks}) exceeds tasks.heldout_tasks ({self.tasks.heldout_tasks}): lower one or raise the other"
             )

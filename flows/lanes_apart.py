@@ -28,15 +28,13 @@ from prefect.client.schemas.objects import State
 from prefect.deployments import run_deployment
 from prefect.states import Cancelling
 
-from engines.env.corpus import load_corpus
-from engines.env.deps import ensure_task_deps
 from flows.config import RunConfig
 from flows.lanes_config import LanesConfig
 from flows.rollout_lane import rollout_lane
-from flows.runtime import trainer_lane_config, work_dir
+from flows.runtime import corpus_draw, trainer_lane_config, work_dir
 from storage.atomic import write_bytes_atomic
 from storage.fs import open_store
-from tasks.corpus import generate_micro_corpus
+from tasks.corpus import draw_corpus, generate_micro_corpus
 from tasks.progress import say
 
 
@@ -55,13 +53,12 @@ async def rollout_host(config: RunConfig) -> None:
 
 def host_corpus(config: RunConfig) -> str:
     """This machine's copy of the run's tasks: the micro corpus generated from its seed,
-    or the built corpus at `tasks.corpus_path` (which must exist on every rollout host)."""
+    or the run's draw from the built corpus at `tasks.corpus_path` (which must exist on
+    every rollout host)."""
     t = config.tasks
-    if t.kind == "corpus":
-        assert t.corpus_path is not None  # RunConfig requires it for kind = corpus
-        ensure_task_deps(load_corpus(t.corpus_path))
-        return t.corpus_path
     corpus = str(work_dir(config) / "corpus")
+    if t.kind == "corpus":
+        return draw_corpus(t.corpus_path, corpus, corpus_draw(config))
     generate_micro_corpus(corpus, t.train_tasks, t.heldout_tasks, t.seed)
     return corpus
 

@@ -30,7 +30,7 @@ from flows.prefect_setup import ensure_limits
 from flows.provenance import start_record
 from flows.resume import check_resume
 from flows.rollout_lane import rollout_lane
-from flows.runtime import trainer_lane_config, work_dir
+from flows.runtime import corpus_draw, trainer_lane_config, work_dir
 from flows.sft import warm_start
 from storage import runs
 from storage.fs import open_store
@@ -81,9 +81,9 @@ async def _lanes_here(config: RunConfig, corpus: str, v0: str) -> dict[str, Any]
 
 
 def _prepare_tasks(config: RunConfig, store, corpus_dir: str) -> str:
-    if config.tasks.kind == "corpus":
-        return use_corpus(store, config.run, config.tasks.corpus_path)
     t = config.tasks
+    if t.kind == "corpus":
+        return use_corpus(store, config.run, t.corpus_path, corpus_dir, corpus_draw(config))
     return prepare_micro_corpus(store, config.run, corpus_dir, t.train_tasks, t.heldout_tasks, t.seed)
 
 

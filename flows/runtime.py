@@ -12,20 +12,30 @@ from engines import handoff
 from engines.env.grader import GradingPool
 from engines.env.types import Task
 from engines.inference.agent import AgentLoop
+from engines.inference.prompt_fit import check_prompts_fit
 from engines.inference.server_pool import ServerPool
+from engines.model.chat_format import ChatFormat
 from engines.model.load import load_tokenizer
 from engines.rollout.lane import RolloutLane, RolloutSettings
 from engines.rollout.weight_cache import WeightCache
+from engines.tool_calls import TOOL_SCHEMAS
 from engines.trainer.lane import LaneConfig
 from flows.config import RunConfig
 from storage import checkpoints
 from storage.fs import Store
+from tasks.corpus import CorpusDraw
 
 
 def work_dir(config: RunConfig) -> Path:
     """Local files of a run (corpus, server logs, trainer state, trackers' files): inside
     the run when the lake is local, in the cache when it is on S3."""
     return run_work_dir(config.storage.root, config.run)
+
+
+def corpus_draw(config: RunConfig) -> CorpusDraw:
+    """What the run takes from a built corpus: tasks.train_tasks, heldout_tasks, seed, hint and eval.tasks."""
+    t = config.tasks
+    return CorpusDraw(t.train_tasks, t.heldout_tasks, t.seed, t.hint, config.eval.tasks)
 
 
 def run_work_dir(root: str, run: str) -> Path:
@@ -74,6 +84,13 @@ async def open_rollout_lane(
     )
     greedy_cfg = inference.model_copy(update={"sampling": inference.sampling.model_copy(update={"temperature": 0.0})})
     tokenizer = load_tokenizer(weights)
+    tools = TOOL_SCHEMAS if inference.tool_format == "hermes" else None
+    check_prompts_fit(  # before any server starts
+        ChatFormat.from_tokenizer(tokenizer, weights, tools=tools),
+        [*train_tasks, *heldout],
+        inference.limits.max_total_tokens,
+        inference.sampling.max_tokens_per_turn,
+    )
     grader = GradingPool(config.env)
     try:
         async with ServerPool(inference, version=latest.version) as pool:
