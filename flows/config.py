@@ -384,10 +384,9 @@ class RunConfig(BaseModel):
         if self.inference.tool_format == "hermes":
             self._check_tool_calls()
         if self.tasks.kind == "corpus" and not path:
-            raise ValueError(
-                "model.path: required when tasks.kind = 'corpus' (the tiny warm start learns from micro-task "
-                "demonstrations); give a Hugging Face MoE directory"
-            )
+            self._check_repository_warm_start()
+        if not path:
+            self._check_tiny_context()
         if self.tasks.kind == "corpus" and self.env.edit_attempts and self.env.feedback == "rollback":
             raise ValueError(
                 "env.feedback = 'rollback' with tasks.kind = 'corpus': every failing edit would be undone, so a fix "
@@ -438,6 +437,35 @@ class RunConfig(BaseModel):
                 "`tools`, so the tool schemas would not reach the model; set tool_format = 'text' or use a template "
                 "with a tools section"
             )
+
+    def _check_repository_warm_start(self) -> None:
+        """The tiny model on a built corpus warm-starts on the repository candidate
+        demonstrator (engines/env/repo_demos.py): its own edit form, candidates, kept feedback."""
+        sft = self.trainer.sft
+        if sft.demonstrations != "candidates":
+            raise ValueError(
+                f"trainer.sft.demonstrations = {sft.demonstrations!r} with tasks.kind = 'corpus': the oracle demonstrator "
+                "writes micro tasks only; repository tasks warm-start on the candidate demonstrator. Use "
+                "'candidates', or set model.path"
+            )
+        if sft.edit_tool != RunSFTConfig().edit_tool:
+            raise ValueError(
+                f"trainer.sft.edit_tool = {sft.edit_tool!r} with tasks.kind = 'corpus': repository demonstrations are "
+                f"written in the {RunSFTConfig().edit_tool} form only (engines/env/repo_demos.py); remove the key"
+            )
+
+    def _check_tiny_context(self) -> None:
+        """The tiny model created here must hold the sequences the run trains and serves."""
+        longest = self.model.tiny.max_position_embeddings
+        for key, value in (
+            ("inference.max_model_len", self.inference.max_model_len),
+            ("trainer.seq_len", self.trainer.seq_len),
+        ):
+            if value > longest:
+                raise ValueError(
+                    f"{key} ({value}) exceeds model.tiny.max_position_embeddings ({longest}), the longest sequence "
+                    f"the tiny model is made for: raise model.tiny.max_position_embeddings to at least {value}"
+                )
 
     def _check_tiny_only(self) -> None:
         """model.tiny and trainer.sft shape and warm-start the tiny model made when model.path is unset;

@@ -15,6 +15,7 @@ from prefect import flow
 from prefect.utilities.annotations import quote
 
 from engines.env.corpus import corpus_id, load_corpus
+from engines.env.repo_demos import source_texts
 from engines.env.types import Task
 from engines.trainer.warm_start_cache import (
     SFT_TRAINER_FIELDS,
@@ -28,7 +29,16 @@ from flows.runtime import work_dir
 from storage import checkpoints
 from storage.errors import NotFoundError
 from storage.fs import Store, open_store
-from tasks.training import copy_warm_start, create_model, demonstrations, fine_tune, initial_dir, publish, resolve_model
+from tasks.training import (
+    copy_warm_start,
+    create_model,
+    demonstrations,
+    fine_tune,
+    initial_dir,
+    publish,
+    repository_demonstrations,
+    resolve_model,
+)
 
 
 @flow(name="sft", log_prints=True)
@@ -54,17 +64,23 @@ def warm_start(config: RunConfig, corpus_dir: str) -> str:
 
 def build(config: RunConfig, train: list[Task], out: str, store: Store | None = None) -> str:
     """Demonstrations of `train`, a fresh tiny model, SFT on them, exported to `out`
-    (a path inside `store` when given, else a local folder)."""
+    (a path inside `store` when given, else a local folder). Tasks from real repositories
+    get the candidate demonstrator's episodes and a tokenizer that has read their code."""
     sft = config.trainer.sft
-    demos = demonstrations(
-        quote(train),
-        config.env.edit_attempts,
-        sft.failed_attempt_share,
-        config.tasks.seed,
-        sft.edit_tool,
-        sft.demonstrations,
-    )
-    init = create_model(initial_dir(work_dir(config)), quote(demos), config.model.tiny)
+    code: list[str] = []
+    if config.tasks.kind == "corpus":
+        demos = repository_demonstrations(quote(train), config.env.edit_attempts, config.tasks.seed, config.env)
+        code = source_texts(train)
+    else:
+        demos = demonstrations(
+            quote(train),
+            config.env.edit_attempts,
+            sft.failed_attempt_share,
+            config.tasks.seed,
+            sft.edit_tool,
+            sft.demonstrations,
+        )
+    init = create_model(initial_dir(work_dir(config)), quote(demos), config.model.tiny, quote(code))
     return fine_tune(init, quote(demos), out, config.trainer, store)
 
 
@@ -72,6 +88,8 @@ def cache_inputs(config: RunConfig, train: list[Task]) -> dict:
     """What the run's warm start is made of (engines/trainer/warm_start_cache.py)."""
     sft = config.trainer.sft
     kind = "feedback" if config.env.edit_attempts else "oracle"
+    if config.tasks.kind == "corpus":  # engines/env/repo_demos.py: its verdicts come from the sandboxed tests
+        kind = f"repository-{config.env.feedback}-view{config.env.view_lines}"
     demos = {
         "kind": kind,
         "edit_attempts": config.env.edit_attempts,

@@ -4,13 +4,17 @@ version 0."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from engines.env.config import EnvConfig
+from engines.env.grader import GradingPool
 from engines.env.micro import DemonstrationKind, EditTool
 from engines.env.micro_demos import oracle_messages, warm_start_demonstrations
+from engines.env.repo_demos import pool_tester, repo_demonstrations
 from engines.env.types import Task
 from engines.model import hub
 from engines.model.tiny import TinyModelConfig, create_tiny_model
@@ -20,6 +24,7 @@ from engines.trainer.sft import sft
 from engines.trainer.warm_start_cache import copy_to_store
 from storage import checkpoints
 from storage.fs import Store
+from tasks.progress import say
 
 
 @task(name="oracle-demonstrations", cache_policy=NO_CACHE)
@@ -40,10 +45,28 @@ def demonstrations(
     return [oracle_messages(t, tool) for t in tasks]
 
 
+@task(name="repository-demonstrations", cache_policy=NO_CACHE)
+def repository_demonstrations(tasks: list[Task], attempts: int, seed: int, env: EnvConfig) -> list[list[dict]]:
+    """Episodes of the candidate demonstrator on tasks from real repositories, each tried
+    candidate's verdict from the task's own tests in the grading pool (engines/env/repo_demos.py)."""
+    with GradingPool(env) as pool:
+        demos = repo_demonstrations(tasks, attempts, seed, pool_tester(pool), env.view_lines)
+    if not demos:
+        raise ValueError(
+            f"none of the {len(tasks)} training tasks has a fix among the candidate demonstrator's edits (a removed "
+            "statement or `not`, or a fix of several lines): build a corpus with other mutation kinds, or set model.path"
+        )
+    say(f"[sft] {len(demos)} demonstrations from {len(tasks)} repository tasks")
+    return demos
+
+
 @task(name="create-tiny-model", cache_policy=NO_CACHE)
-def create_model(out_dir: str, conversations: list[list[dict[str, str]]], cfg: TinyModelConfig) -> str:
-    """Tokenizer trained on the demonstrations' text, random tiny Qwen3-MoE."""
-    texts = (render_messages(c) for c in conversations)
+def create_model(
+    out_dir: str, conversations: list[list[dict[str, str]]], cfg: TinyModelConfig, code: list[str] | None = None
+) -> str:
+    """Tokenizer trained on the demonstrations' text (and `code`: the training projects'
+    source files, so real identifiers are whole tokens), random tiny Qwen3-MoE."""
+    texts = itertools.chain((render_messages(c) for c in conversations), code or ())
     return str(create_tiny_model(out_dir, texts, cfg))
 
 

@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-from engines.env.edits import line_tokens
+from engines.env.edit_spans import short_span, with_leading_space
 from engines.env.parse import parse_module
 from engines.env.types import Split, Task
 from engines.env.workspace import tree_hash, unified_diff
@@ -469,20 +469,20 @@ def line_edit(source: str, line: int, text: str, tool: EditTool = "edit") -> Act
     if tool == "replace":
         return _context_replace(source, lines, line, text)
     if tool in ("line_change", "spaced_line_change"):
-        old, new = _short_span(lines[line - 1], text, [lines[line - 1]])
+        old, new = short_span(lines[line - 1], text, [lines[line - 1]])
         if tool == "spaced_line_change":
-            old, new = _with_leading_space(lines[line - 1], old, new)
+            old, new = with_leading_space(lines[line - 1], old, new)
         return Action("change", path=MODULE, line=line, old=old, new=new)
     if tool == "function_change" or tool in VIEWED_FORMS:
         name, (first, last) = _enclosing_function(lines, line)
         min_width = 2 if tool == "spaced_context_change" else 1
-        span = _short_span(lines[line - 1], text, lines[first - 1 : last], min_width)
+        span = short_span(lines[line - 1], text, lines[first - 1 : last], min_width)
         if span is not None and tool in ("spaced_change", "spaced_context_change"):
-            span = _with_leading_space(lines[line - 1], *span)
+            span = with_leading_space(lines[line - 1], *span)
         if span is not None:
             return Action("change", path=MODULE, scope=name, old=span[0], new=span[1])
         return line_edit(source, line, text, "line_change")  # no span occurs once in the function
-    span = _short_span(lines[line - 1], text, lines)
+    span = short_span(lines[line - 1], text, lines)
     if span is None:
         return _context_replace(source, lines, line, text)
     return Action("replace", path=MODULE, old=span[0], new=span[1])
@@ -494,42 +494,6 @@ def _context_replace(source: str, lines: list[str], line: int, text: str) -> Act
         if source.count(old) == 1:
             return Action("replace", path=MODULE, old=old, new="\n".join([*lines[first : line - 1], text]))
     raise ValueError(f"line {line} of {MODULE} has no unique context above it")
-
-
-def _short_span(old_line: str, new_line: str, scope: list[str], min_width: int = 1) -> tuple[str, str] | None:
-    """(OLD, NEW): the fewest whole tokens of `old_line` (at least `min_width`) around its
-    change to `new_line` whose text occurs once in `scope` (the lines it must be unique
-    in), and their new text; NEW is never empty. None when even the whole line is not
-    unique."""
-    a, b = line_tokens(old_line), line_tokens(new_line)
-    if not a or not b:
-        return None
-    pre = 0
-    while pre < min(len(a), len(b)) and a[pre][0] == b[pre][0]:
-        pre += 1
-    suf = 0
-    while suf < min(len(a), len(b)) - pre and a[-1 - suf][0] == b[-1 - suf][0]:
-        suf += 1
-    text = "\n".join(scope)
-    lo, hi = pre, len(a) - suf  # changed tokens of the old line: [lo, hi)
-    for width in range(min(len(a), max(min_width, hi - lo)), len(a) + 1):
-        for left in range(max(0, hi - width), min(lo, len(a) - width) + 1):
-            right = left + width  # old tokens [left, right), covering [lo, hi)
-            old = old_line[a[left][1] : a[right - 1][2]]
-            new_right = right - len(a) + len(b)
-            if new_right <= left:
-                continue  # NEW would be empty
-            new = new_line[b[left][1] : b[new_right - 1][2]]
-            if text.count(old) == 1 and old_line.replace(old, new, 1) == new_line:
-                return old, new
-    return None
-
-
-def _with_leading_space(old_line: str, old: str, new: str) -> tuple[str, str]:
-    """(OLD, NEW) widened by the space before OLD in `old_line`, if there is one. Still
-    once in its scope: every occurrence of " OLD" holds one of OLD."""
-    at = old_line.index(old)
-    return (" " + old, " " + new) if at and old_line[at - 1] == " " else (old, new)
 
 
 def _enclosing_function(lines: list[str], line: int) -> tuple[str, tuple[int, int]]:
