@@ -107,7 +107,15 @@ def write_project(root: Path) -> Path:
     return root
 
 
-def _task(root: Path, ident: str, mutant: str, f2p: list[str], p2p: list[str], test_patch: str = "") -> Task:
+def _task(
+    root: Path,
+    ident: str,
+    mutant: str,
+    f2p: list[str],
+    p2p: list[str],
+    test_patch: str = "",
+    function: str = "Stock.add",
+) -> Task:
     statement = (
         "Prices.total charges for stocked items that have no price; they should cost nothing."
         if test_patch
@@ -116,7 +124,7 @@ def _task(root: Path, ident: str, mutant: str, f2p: list[str], p2p: list[str], t
     )
     bug = unified_diff({SOURCE: INVENTORY.encode()}, {SOURCE: mutant.encode()})
     gold = unified_diff({SOURCE: mutant.encode()}, {SOURCE: INVENTORY.encode()})
-    meta = {"bug_patch": bug, "file": SOURCE, "function": "Stock.add", "test_files": [TESTS]}
+    meta = {"bug_patch": bug, "file": SOURCE, "function": function, "test_files": [TESTS]}
     return Task(
         instance_id=ident,
         repo="shop",
@@ -150,4 +158,16 @@ def hidden_test_task(root: Path) -> Task:
     test_patch = unified_diff({}, {HIDDEN_FILE: HIDDEN_TEST.encode()})
     f2p = [f"{HIDDEN_FILE}::test_an_item_without_a_price_costs_nothing"]
     p2p = [f"{TESTS}::{name}" for name in VISIBLE_TESTS]
-    return _task(root, "shop-hidden-test", mutant, f2p, p2p, test_patch)
+    return _task(root, "shop-hidden-test", mutant, f2p, p2p, test_patch, function="Prices.get")
+
+
+# The builder's `operator` kind on Prices.total (`*` -> `//`): one edit fixes it.
+TOTAL_OPERATOR_BUG = ("self.get(n) * stock.get(n)", "self.get(n) // stock.get(n)")
+
+
+def one_bug_task(root: Path) -> Task:
+    """A builder-shaped task of one mutation in Prices.total, its tests in the repository."""
+    mutant = INVENTORY.replace(*TOTAL_OPERATOR_BUG)
+    f2p = [f"{TESTS}::test_total_of_the_stock"]
+    p2p = [f"{TESTS}::{name}" for name in VISIBLE_TESTS if name != "test_total_of_the_stock"]
+    return _task(root, "shop-one-bug", mutant, f2p, p2p, function="Prices.total")

@@ -49,7 +49,7 @@ def pool_tester(pool: GradingPool) -> PatchTester:
 
     def test(items: Sequence[tuple[Task, str]]) -> list[dict[str, str] | None]:
         out: list[dict[str, str] | None] = []
-        for (task, _), result in zip(items, pool.grade_many(items)):
+        for (task, _), result in zip(items, pool.grade_many(items, fast=True)):
             if result.infra_failure:
                 out.append(None)
             elif "timed out" in result.notes:
@@ -179,14 +179,17 @@ def _changed_line(before: list[str], after: list[str]) -> tuple[int, str] | None
 
 
 def _mirrored(buggy: str, found: list[Mutation]) -> list[Mutation]:
-    """Each constant mutation's other direction: the builder moves v to v+1 (v <= 1) or v-1,
-    so a bug's constant is put back by the opposite move."""
+    """The inverses the builder's own kinds miss: a constant moved the other way (the
+    builder moves v to v+1 when v <= 1, else to v-1), and `not (X)` unwrapped to X
+    (an inverted condition wraps X in parentheses that removing `not` would keep)."""
     data = buggy.encode()
     out = []
     for m in found:
         if m.kind == "constant":
             value = int(data[m.start : m.end].decode())
             out.append(Mutation("constant", m.line, m.start, m.end, str(2 * value - int(m.replacement))))
+        elif m.kind == "removed_not" and m.replacement.startswith("(") and m.replacement.endswith(")"):
+            out.append(Mutation("removed_not", m.line, m.start, m.end, m.replacement[1:-1]))
     return out
 
 
