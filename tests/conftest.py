@@ -74,3 +74,23 @@ def s3_bucket(s3_server: dict[str, str], request: pytest.FixtureRequest) -> str:
     name = "".join(c if c.isalnum() or c == "-" else "-" for c in name)
     boto3.client("s3", endpoint_url=s3_server["AWS_ENDPOINT_URL"]).create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture(scope="session")
+def real_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A few validated tasks of one small real project (sdist downloaded once, then cached)."""
+    from engines.env.builder import BuildConfig, build_corpus
+    from engines.env.config import EnvConfig
+    from engines.env.corpus import save_corpus
+
+    out = tmp_path_factory.mktemp("real-corpus")
+    config = BuildConfig(
+        projects=["tinydb"],
+        tasks_per_project=3,
+        max_mutants_per_project=24,
+        baseline_runs=2,
+        env=EnvConfig(workers=2, scratch_dir=str(out / "scratch")),
+    )
+    tasks, reports = build_corpus(config, out)
+    save_corpus(tasks, out)
+    return out

@@ -1,8 +1,6 @@
-"""Fixtures of the environment tests: small sandbox limits, micro tasks, one small real corpus."""
+"""Fixtures of the environment tests: small sandbox limits, micro tasks (one small real corpus: tests/conftest.py)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -24,22 +22,3 @@ def env_config(tmp_path_factory: pytest.TempPathFactory) -> EnvConfig:
 @pytest.fixture(scope="session")
 def micro_tasks() -> list[Task]:
     return generate_micro_tasks(24, seed=7)
-
-
-@pytest.fixture(scope="session")
-def real_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A few validated tasks of one small real project (sdist downloaded once, then cached)."""
-    from engines.env.builder import BuildConfig, build_corpus
-    from engines.env.corpus import save_corpus
-
-    out = tmp_path_factory.mktemp("real-corpus")
-    config = BuildConfig(
-        projects=["tinydb"],
-        tasks_per_project=3,
-        max_mutants_per_project=24,
-        baseline_runs=2,
-        env=EnvConfig(workers=2, scratch_dir=str(out / "scratch")),
-    )
-    tasks, reports = build_corpus(config, out)
-    save_corpus(tasks, out)
-    return out

@@ -1,0 +1,102 @@
+"""A 2-step `tandem run` on tasks built from a real project (tinydb, the suite's shared
+real corpus) with the tiny model and no model.path: the run draws its tasks with the
+function hint, warm-starts on the repository candidate demonstrator (its verdicts from
+tinydb's own tests in the sandbox), serves the warm start on vLLM with a 2,048-token
+context, plays episodes in the repository protocol (kept feedback), trains two steps
+and evaluates before and after. The same path `configs/repos.toml` takes, scaled down."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from engines.env.corpus import load_corpus, save_corpus
+from storage import checkpoints
+from storage.fs import open_store
+from storage.query import connect
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.prefect, pytest.mark.vllm, pytest.mark.sandbox]
+
+
+def _config(root: Path, corpus: Path) -> str:
+    return f"""
+run = "repos"
+[storage]
+root = "{root}"
+[model.tiny]
+max_position_embeddings = 2048
+[tasks]
+kind = "corpus"
+corpus_path = "{corpus}"
+heldout_tasks = 1
+hint = "function"
+[env]
+edit_attempts = 2
+feedback = "keep"
+view_lines = 30
+workers = 2
+[inference]
+max_model_len = 2048
+kv_cache_gb = 1.0
+max_num_seqs = 16
+concurrency_per_server = 16
+[inference.sampling]
+max_tokens_per_turn = 48
+[inference.limits]
+max_turns = 4
+max_total_tokens = 2048
+max_observation_tokens = 512
+max_concurrent_episodes = 16
+[trainer]
+seq_len = 2048
+packing = true
+micro_batch_rows = 2
+[trainer.sft]
+max_steps = 4
+batch_size = 4
+[rl]
+steps = 2
+batch_size = 8
+group_size = 4
+async_level = 1
+[eval]
+tasks = 1
+samples = 1
+"""
+
+
+def test_a_two_step_run_on_a_real_project_corpus_reaches_v2(
+    real_corpus: Path, tmp_path: Path, prefect_server: dict[str, str]
+) -> None:
+    tasks = load_corpus(real_corpus)
+    assert len(tasks) >= 3
+    corpus = tmp_path / "corpus"  # the last task held out, the others trained on
+    save_corpus([replace(t, split="heldout" if i == len(tasks) - 1 else "train") for i, t in enumerate(tasks)], corpus)
+    root, config = tmp_path / "lake", tmp_path / "repos.toml"
+    config.write_text(_config(root, corpus))
+    env = {**os.environ, **prefect_server, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", "--config", str(config)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "[tandem] run repos finished" in output and "(hint: function)" in output
+    store = open_store(str(root))
+    assert checkpoints.latest(store, "repos").version == 2
+    lake = connect(store, run="repos")
+    rows = lake.sql("SELECT conversation, finish_reason FROM rollouts").fetchall()
+    assert len(rows) == 16 and all(reason != "error" for _, reason in rows)
+    assert all("The bug is in " in conversation for conversation, _ in rows)  # the hint reached every prompt
+    evaluated = lake.sql("SELECT count(*) FROM evaluations").fetchall()[0][0]
+    assert evaluated >= 2  # the held-out task, before and after
