@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from engines.env.splits import heldout_kind
+from engines.env.types import Task
 from engines.rollout.attempts import mcnemar_p
 
 
@@ -35,6 +37,34 @@ def heldout_comparison(before: dict[str, Any], after: dict[str, Any], k: int) ->
             rows[f"{key} before / after"] = f"{before[key]:.3f} / {after[key]:.3f}"
     rows["held-out tasks"] = after["tasks"]
     return rows
+
+
+def group_rows(before: dict[str, Any], after: dict[str, Any], groups: dict[str, list[str]]) -> dict[str, Any]:
+    """Greedy pass@1 before / after and the paired McNemar p within each group of the
+    evaluated held-out task ids (held-out projects, held-out tasks of training projects).
+    Groups with no task are left out; without the solved ids nothing can be split."""
+    if "solved" not in before or "solved" not in after:
+        return {}
+    rows: dict[str, Any] = {}
+    solved_before, solved_after = set(before["solved"]), set(after["solved"])
+    for name, ids in groups.items():
+        if not ids:
+            continue
+        was, now = [i in solved_before for i in ids], [i in solved_after for i in ids]
+        rows[f"pass@1 on {name} before / after ({len(ids)} tasks)"] = (
+            f"{sum(was) / len(ids):.3f} / {sum(now) / len(ids):.3f}"
+        )
+        rows[f"p-value on {name} (exact McNemar, paired)"] = float(f"{mcnemar_p(was, now):.3g}")
+    return rows
+
+
+def heldout_groups(evaluated: list[Task]) -> dict[str, list[str]]:
+    """The evaluated held-out tasks of a corpus by kind (engines/env/splits.py); micro tasks have no kind."""
+    kinds = {t.instance_id: heldout_kind(t) for t in evaluated if t.env_name != "micro"}
+    return {
+        "held-out projects": [i for i, k in kinds.items() if k == "project"],
+        "held-out tasks of training projects": [i for i, k in kinds.items() if k == "task"],
+    }
 
 
 def _verdict(gain: float, p: float) -> str:

@@ -20,16 +20,17 @@ from typing import Any
 
 from prefect import flow
 
+from engines.env.corpus import load_corpus
 from engines.staleness import check_bound
 from flows.artifacts import publish_step_artifacts, publish_summary
-from flows.comparison import heldout_comparison
+from flows.comparison import group_rows, heldout_comparison, heldout_groups
 from flows.config import RunConfig
 from flows.lane_process import TrainerProcess
 from flows.lanes_apart import run_lanes_apart
 from flows.prefect_setup import ensure_limits
 from flows.provenance import start_record
 from flows.resume import check_resume
-from flows.rollout_lane import rollout_lane
+from flows.rollout_lane import evaluated_tasks, rollout_lane
 from flows.runtime import corpus_draw, trainer_lane_config, work_dir
 from flows.sft import warm_start
 from storage import runs
@@ -53,7 +54,7 @@ async def rl(config: RunConfig = RunConfig()) -> dict[str, Any]:
         evals = await run_lanes_apart(config, v0)
     else:
         evals = await _lanes_here(config, corpus, v0)
-    summary = await _summarize(config, store, evals, time.monotonic() - started)
+    summary = await _summarize(config, store, evals, time.monotonic() - started, corpus)
     return summary
 
 
@@ -87,7 +88,7 @@ def _prepare_tasks(config: RunConfig, store, corpus_dir: str) -> str:
     return prepare_micro_corpus(store, config.run, corpus_dir, t.train_tasks, t.heldout_tasks, t.seed)
 
 
-async def _summarize(config: RunConfig, store, evals: dict, wall_s: float) -> dict[str, Any]:
+async def _summarize(config: RunConfig, store, evals: dict, wall_s: float, corpus: str) -> dict[str, Any]:
     lake = connect(store, config.run)
     steps = lake.sql("SELECT * EXCLUDE (extra) FROM steps ORDER BY step").fetch_arrow_table().to_pylist()
     staleness = lake.sql("SELECT max(step - min_policy_version) FROM rollouts").fetchall()[0][0] or 0
@@ -99,6 +100,7 @@ async def _summarize(config: RunConfig, store, evals: dict, wall_s: float) -> di
         "async_level": config.rl.async_level,
         "staleness_max": staleness,
         **heldout_comparison(before, after, config.eval.samples),
+        **group_rows(before, after, heldout_groups(evaluated_tasks(load_corpus(corpus), config.eval.tasks))),
         "wall minutes": round(wall_s / 60, 1),
     }
     done = evals["steps"]  # the steps this invocation rolled out (all of them unless resumed)

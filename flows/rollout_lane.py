@@ -15,6 +15,7 @@ from prefect import flow
 from prefect.concurrency.asyncio import concurrency
 
 from engines.env.corpus import load_corpus
+from engines.env.types import Task
 from engines.rollout.lane import RolloutLane
 from flows.artifacts import publish_step_artifacts
 from flows.config import RunConfig
@@ -27,12 +28,17 @@ from tasks.progress import say
 from tasks.rollout import evaluate_policy, load_final_policy, retain_weights, rollout_step
 
 
+def evaluated_tasks(tasks: list[Task], count: int) -> list[Task]:
+    """The held-out tasks both evaluations run: the first `count` of the corpus's held-out split."""
+    return [t for t in tasks if t.split == "heldout"][:count]
+
+
 @flow(name="rollout-lane", log_prints=True)
 async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
     store = open_store(config.storage)
     tasks = load_corpus(corpus_dir)
     train = [t for t in tasks if t.split == "train"]
-    heldout = [t for t in tasks if t.split == "heldout"][: config.eval.tasks]
+    heldout = evaluated_tasks(tasks, config.eval.tasks)
     # The lane owns the machine's servers and sandboxes for its whole life (a slot taken
     # per step waited about 2 s each time on Prefect's slot accounting).
     async with (
