@@ -171,8 +171,9 @@ def as_tool_calls(messages: list[dict], where: str = "conversation") -> list[dic
     return out
 
 
-def template_supports_tools(model_dir: str) -> bool | None:
-    """Whether the checkpoint's chat template renders `tools` (None: no template found to check)."""
+def chat_templates(model_dir: str) -> list[str] | None:
+    """The chat template texts a checkpoint ships (chat_template.jinja, tokenizer_config.json,
+    named templates joined); None when there is none to read."""
     folder = Path(model_dir)
     templates: list[str] = []
     if (folder / "chat_template.jinja").is_file():
@@ -183,6 +184,18 @@ def template_supports_tools(model_dir: str) -> bool | None:
             template = " ".join(t.get("template", "") for t in template)
         if isinstance(template, str):
             templates.append(template)
-    if not templates:
-        return None
-    return any("tools" in t for t in templates)
+    return templates or None
+
+
+def template_supports_tools(model_dir: str) -> bool | None:
+    """Whether the checkpoint's chat template renders `tools` (None: no template found to check)."""
+    templates = chat_templates(model_dir)
+    return None if templates is None else any("tools" in t for t in templates)
+
+
+def template_has_thinking_switch(model_dir: str) -> bool | None:
+    """Whether the checkpoint's chat template reads `enable_thinking` (None: no template
+    found to check). A cheap check at configuration time; the chat format compares the
+    renderings themselves when the model is loaded."""
+    templates = chat_templates(model_dir)
+    return None if templates is None else any("enable_thinking" in t for t in templates)

@@ -179,6 +179,12 @@ class RunEpisodeLimits(EpisodeLimits):
         512, ge=2, description="Most tokens in the whole conversation; at most the server's context."
     )
     max_concurrent_episodes: int = Field(128, ge=1, description="Episodes in flight at once: a whole step's batch.")
+    max_observation_tokens: int | None = Field(
+        256,
+        ge=8,
+        description="Observations longer than this many tokens are cut (head kept, the cut stated); a micro view is "
+        "under 150. None: a quarter of max_total_tokens.",
+    )
 
 
 class RunInferenceConfig(InferenceConfig):

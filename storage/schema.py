@@ -15,8 +15,10 @@ from storage.errors import SchemaVersionError
 # 1: first release. 2: hive partition keys only in folder names (storage/partition.py);
 # rollouts gain `patch`; new tables `runs` and `rescores`. A new table needs no new
 # version (`advantages`, `evaluations`, `experiments` came later): older readers never
-# list its folder, and no file they read changes.
-SCHEMA_VERSION = 2
+# list its folder, and no file they read changes. 3: rollouts gain `valid_actions` and
+# `hack_flags` (an older reader would refuse the unknown columns; files of 2 read here
+# with them null).
+SCHEMA_VERSION = 3
 TABLE_KEY = b"tandem.table"
 VERSION_KEY = b"tandem.schema_version"
 
@@ -68,9 +70,21 @@ ROLLOUTS = _schema(
         _f("p2p_total", pa.int32(), "PASS_TO_PASS tests of the task"),
         _f("test_report", pa.string(), "JSON: test id -> status, from the grader"),
         _f(
+            "hack_flags",
+            pa.list_(pa.string()),
+            "rules the patch monitor (engines/env/monitor.py) flagged on the graded patch, empty when none; "
+            "null before schema version 3",
+        ),
+        _f(
             "patch", pa.string(), "the agent's final patch (unified diff) that was graded; null before schema version 2"
         ),
         _f("num_turns", pa.int32(), "model turns in the episode"),
+        _f(
+            "valid_actions",
+            pa.int32(),
+            "model turns that were valid actions (text actions or tool calls, reasoning set aside); "
+            "null before schema version 3",
+        ),
         _f(
             "finish_reason",
             pa.dictionary(pa.int32(), pa.string()),

@@ -9,8 +9,18 @@ carries a chat template of another family, written here (no downloads):
   eos is `<|end_of_text|>`: the end of a turn, `<|eot_id|>`, must come from the chat
   format (sent as a stop id).
 
-Built by `build_chat_model(family, out)` in a couple of seconds; tests share one per
-family (module- or session-scoped fixtures).
+Beside them, templates tested on their tokenizer alone (`TEMPLATES`; no server, SFT or
+run test builds them, so the suite's time stays where it was):
+
+- qwen3: Qwen3's own template (thinking switch, reasoning kept or dropped on re-render,
+  tool responses inside a user turn), rewritten here to render what the published one
+  renders.
+- olmoe: OLMoE-Instruct's Tulu-style template, which renders only system, user and
+  assistant messages and silently skips any other role (a tool observation).
+
+Built by `build_chat_model(family, out)` in a couple of seconds (`chat_tokenizer(name)`
+for the tokenizer alone); tests share one per family (module- or session-scoped
+fixtures).
 """
 
 from __future__ import annotations
@@ -33,6 +43,80 @@ LLAMA3_TEMPLATE = (
     "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] }}<|eot_id|>"
     "{% endfor %}"
     "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+
+# Qwen3's chat template as Qwen/Qwen3-30B-A3B and Qwen/Qwen3-8B publish it
+# (tokenizer_config.json, revision 895c8d171bc03c30e113cd7a28c02494b5e068b7 of Qwen3-8B),
+# written anew here: the same text for system, user, assistant and tool messages with
+# string content. What it does, as the published one does:
+# - tools: a system turn listing them in <tools></tools>, the system prompt first;
+# - the last user query is the last user message not wrapped in <tool_response>;
+#   assistant turns after it keep their reasoning (<think>\nR\n</think>\n\n, always for
+#   the last message, otherwise only when there is some), turns before it lose it;
+# - tool messages go in one user turn per run of them, each in <tool_response> tags;
+# - the generation prompt closes an empty <think> block when enable_thinking is false.
+# Not rendered (this project never sends them): `tool_calls` fields of assistant messages.
+QWEN3_TEMPLATE = (
+    "{%- if tools -%}"
+    "{{- '<|im_start|>system\n' -}}"
+    "{%- if messages[0].role == 'system' -%}{{- messages[0].content + '\n\n' -}}{%- endif -%}"
+    "{{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>' -}}"
+    "{%- for t in tools -%}{{- '\n' + (t | tojson) -}}{%- endfor -%}"
+    "{{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+    "<args-json-object>}\n</tool_call><|im_end|>\n' -}}"
+    "{%- elif messages[0].role == 'system' -%}"
+    "{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' -}}"
+    "{%- endif -%}"
+    "{%- set ns = namespace(last_query=messages|length - 1, searching=true) -%}"
+    "{%- for i in range(messages|length - 1, -1, -1) -%}"
+    "{%- set q = messages[i] -%}"
+    "{%- if ns.searching and q.role == 'user' and q.content is string and not "
+    "(q.content.startswith('<tool_response>') and q.content.endswith('</tool_response>')) -%}"
+    "{%- set ns.searching = false -%}{%- set ns.last_query = i -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- for m in messages -%}"
+    "{%- set content = m.content if m.content is string else '' -%}"
+    "{%- if m.role == 'user' or (m.role == 'system' and not loop.first) -%}"
+    "{{- '<|im_start|>' + m.role + '\n' + content + '<|im_end|>\n' -}}"
+    "{%- elif m.role == 'assistant' -%}"
+    "{%- set reasoning = m.reasoning_content if m.reasoning_content is string else '' -%}"
+    "{%- if m.reasoning_content is not string and '</think>' in content -%}"
+    "{%- set reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') -%}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\n') -%}"
+    "{%- endif -%}"
+    "{%- if loop.index0 > ns.last_query and (loop.last or reasoning) -%}"
+    "{{- '<|im_start|>assistant\n<think>\n' + reasoning.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>assistant\n' + content -}}"
+    "{%- endif -%}"
+    "{{- '<|im_end|>\n' -}}"
+    "{%- elif m.role == 'tool' -%}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}"
+    "{{- '\n<tool_response>\n' + content + '\n</tool_response>' -}}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' -%}{{- '<|im_end|>\n' -}}{%- endif -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\n' -}}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\n\n</think>\n\n' -}}{%- endif -%}"
+    "{%- endif -%}"
+)
+
+# OLMoE-1B-7B-0924-Instruct's template (allenai, the Tulu format), written anew: roles as
+# plain-text headers, assistant turns closed by the eos token, and no branch for any
+# other role, so a tool message renders as nothing at all.
+OLMOE_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{{ '<|system|>\n' + m['content'] + '\n' }}"
+    "{% elif m['role'] == 'user' %}{{ '<|user|>\n' + m['content'] + '\n' }}"
+    "{% elif m['role'] == 'assistant' %}{{ '<|assistant|>\n' + m['content'] + eos_token }}"
+    "{% if not loop.last %}{{ '\n' }}{% endif %}{% endif %}"
+    "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+    "{% endfor %}"
 )
 
 
@@ -70,8 +154,40 @@ FAMILIES: dict[str, TemplateFamily] = {
         end_of_turn="<|eot_id|>",
     ),
 }
+# Every test template: FAMILIES (served, fine-tuned and run end to end by the suite) and
+# those tested on their tokenizer and the scripted generator only.
+TEMPLATES: dict[str, TemplateFamily] = {
+    **FAMILIES,
+    "qwen3": TemplateFamily(
+        "qwen3_moe",
+        QWEN3_TEMPLATE,
+        ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"),
+        eos="<|im_end|>",  # Qwen3's instruct tokenizer_config.json names <|im_end|>
+        pad="<|endoftext|>",
+        bos=None,
+        generation_eos=("<|im_end|>", "<|endoftext|>"),
+        end_of_turn="<|im_end|>",
+    ),
+    "olmoe": TemplateFamily(
+        "qwen3_moe",  # the architecture is not what is tested here
+        OLMOE_TEMPLATE,
+        ("<|endoftext|>", "<|padding|>"),
+        eos="<|endoftext|>",
+        pad="<|padding|>",
+        bos="<|endoftext|>",  # OLMoE's bos is its eos
+        generation_eos=("<|endoftext|>",),
+        end_of_turn="<|endoftext|>",
+    ),
+}
 # The family whose run also carries the trackers (tests/flows/test_trackers.py), one run for both.
 TRACKED_FAMILY = "chatml"
+
+
+# What the templates outside FAMILIES add to the training texts (FAMILIES' tokenizers stay as they were).
+EXTRA_TEXTS: dict[str, list[str]] = {
+    "qwen3": ["<think>\nthe test fails: fix add\n</think>\n\n"],
+    "olmoe": ["<|system|>\n", "<|user|>\n", "<|assistant|>\n"],
+}
 
 
 def _texts() -> list[str]:
@@ -88,16 +204,29 @@ def _texts() -> list[str]:
     return [SYSTEM_PROMPT, *tools, *problems, *words] * 20
 
 
-def build_chat_model(name: str, out: Path) -> Path:
-    """A random tiny MoE of `FAMILIES[name]`, its tokenizer and template, saved to `out`."""
-    from engines.model.families import build_tiny
+def chat_tokenizer(name: str):  # -> PreTrainedTokenizerFast
+    """The locally trained tokenizer of `TEMPLATES[name]`, carrying its template."""
     from engines.model.tokenizer import train_tokenizer
+
+    spec = TEMPLATES[name]
+    return train_tokenizer(
+        _texts() + EXTRA_TEXTS.get(name, []) * 20,
+        1024,
+        spec.special_tokens,
+        spec.template,
+        eos_token=spec.eos,
+        pad_token=spec.pad,
+        bos_token=spec.bos,
+    )
+
+
+def build_chat_model(name: str, out: Path) -> Path:
+    """A random tiny MoE of `TEMPLATES[name]`, its tokenizer and template, saved to `out`."""
+    from engines.model.families import build_tiny
     from engines.trainer.export import export_weights
 
-    spec = FAMILIES[name]
-    tok = train_tokenizer(
-        _texts(), 1024, spec.special_tokens, spec.template, eos_token=spec.eos, pad_token=spec.pad, bos_token=spec.bos
-    )
+    spec = TEMPLATES[name]
+    tok = chat_tokenizer(name)
     model = build_tiny(spec.family, vocab_size=len(tok), seed=1)
     # Room for a prompt that lists the tool schemas (about 650 tokens); default rope has no table to resize.
     model.config.max_position_embeddings = 1024

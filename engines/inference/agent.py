@@ -23,7 +23,12 @@ actions and executing them belong to the environment (malformed text becomes an 
 observation there). With `inference.tool_format = "hermes"` the template lists the
 tools and each turn's tool call is read here (engines/tool_calls.py) and handed on as
 its text action; a malformed call becomes the error observation without a step.
-Environment methods block: they run in threads.
+A thinking model's turn is `<think>REASONING</think>ACTION`: the whole turn stays in the
+ids, the loss mask and the logprobs as sampled, and only ACTION is an action; reasoning
+never closed is answered with an error observation, without a step (`turn_action`).
+Observations are rendered in the role the template renders them in (`tool`, or `user`
+where it has no tool role: ChatFormat.observation_role), and that role is what the
+episode's messages record. Environment methods block: they run in threads.
 
 Invariant: every requested episode comes back, either finished by the model or the
 limits, or marked with finish_reason "error" and a message (infra_failure when a
@@ -50,8 +55,8 @@ from transformers import PreTrainedTokenizerBase
 from engines.inference.client import RequestRejected, ServerUnavailable
 from engines.inference.config import InferenceConfig
 from engines.inference.types import Episode, EpisodeEnv, FinishReason, Generator, Observation, SamplingParams
-from engines.model.chat_format import ChatFormat, Message
-from engines.protocol import InvalidAction
+from engines.model.chat_format import UNCLOSED_REASONING, ChatFormat, Message
+from engines.protocol import InvalidAction, parse_action
 from engines.tool_calls import TOOL_SCHEMAS, protocol_text
 
 log = logging.getLogger(__name__)
@@ -95,7 +100,9 @@ class AgentLoop:
         self.limits = cfg.limits
         # The served model's framing; its generation config (eos ids) sits beside the weights.
         tools = TOOL_SCHEMAS if cfg.tool_format == "hermes" else None
-        self.chat = chat or ChatFormat.from_tokenizer(tokenizer, cfg.model_dir or None, tools=tools)
+        self.chat = chat or ChatFormat.from_tokenizer(
+            tokenizer, cfg.model_dir or None, tools=tools, thinking=cfg.thinking
+        )
         self.allowed_token_ids = tuple(allowed_token_ids) if allowed_token_ids is not None else None
         # One thread per episode in flight: environment calls block (a `test` waits for a
         # grading sandbox), and asyncio's default pool (cores + 4 threads) let a few
@@ -194,7 +201,7 @@ class AgentLoop:
             result = await self._step(env, action)
             if result.done:
                 return "submitted"
-            tool_message = {"role": "tool", "content": self._cut(result.observation)}
+            tool_message = {"role": self.chat.observation_role, "content": self._cut(result.observation)}
             observation = self.chat.continuation_ids(messages, [tool_message], closed_by)
             messages.append(tool_message)
             if len(ep.prompt_ids) + len(ep.completion_ids) + len(observation) >= self.limits.max_total_tokens:
@@ -204,13 +211,36 @@ class AgentLoop:
             ep.completion_logprobs += [0.0] * len(observation)
 
     async def _step(self, env: EpisodeEnv, text: str) -> Observation:
-        """The environment's answer to a model turn (a tool call goes to it as its text action)."""
+        """The environment's answer to a model turn: its action part (reasoning set aside)
+        as text, a tool call as the text action it stands for. Malformed text goes to the
+        environment, which answers it; a malformed call or unclosed reasoning is answered
+        here, without a step."""
+        _, action_text = self.chat.split_turn(text)
+        if action_text is None:
+            return Refused(f"error: {UNCLOSED_REASONING}")
         if self.cfg.tool_format == "text":
-            return await self._in_thread(env.step, text)
-        action = protocol_text(text)
+            return await self._in_thread(env.step, action_text)
+        action = protocol_text(action_text)
         if isinstance(action, InvalidAction):
             return Refused(f"error: {action.message}")
         return await self._in_thread(env.step, action)
+
+    def turn_action(self, text: str) -> str | InvalidAction:
+        """The text action (engines/protocol.py) a model turn stands for in this loop's
+        format and template, or why it is none: what counts as a valid action."""
+        _, action_text = self.chat.split_turn(text)
+        if action_text is None:
+            return InvalidAction(UNCLOSED_REASONING)
+        if self.cfg.tool_format == "hermes":
+            return protocol_text(action_text)
+        parsed = parse_action(action_text)
+        return parsed if isinstance(parsed, InvalidAction) else action_text
+
+    def valid_actions(self, messages: Sequence[Message]) -> int:
+        """How many of an episode's model turns were valid actions (a step where none
+        was is a step the policy learns nothing from: engines/rollout/step.py warns)."""
+        turns = [str(m.get("content") or "") for m in messages if m.get("role") == "assistant"]
+        return sum(not isinstance(self.turn_action(t), InvalidAction) for t in turns)
 
     def _params(self, max_tokens: int, seed: int | None, turn: int) -> SamplingParams:
         s = self.cfg.sampling
@@ -224,9 +254,9 @@ class AgentLoop:
         )
 
     def _cut(self, observation: str) -> str:
-        """The observation cut (head kept) to `limits.max_observation_tokens` tokens."""
+        """The observation cut (head kept) to `limits.observation_tokens()` tokens."""
         text = observation
-        while len(self.encode(text)) > self.limits.max_observation_tokens:
+        while len(self.encode(text)) > self.limits.observation_tokens():
             keep = max(0, int(len(text) * 0.8) - len(TRUNCATED))
             text = observation[:keep] + TRUNCATED
         return text

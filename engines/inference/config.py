@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engines.tool_calls import template_supports_tools
+from engines.tool_calls import template_has_thinking_switch, template_supports_tools
 
 # KV connectors registered by vLLM 0.32 (vllm/distributed/kv_transfer/kv_connector/factory.py)
 # that move KV blocks from a prefill server to a decode server. ExampleConnector goes
@@ -76,11 +76,26 @@ class EpisodeLimits(BaseModel):
         300.0, gt=0, description="Wall-clock limit of one episode in seconds, environment steps included."
     )
     max_concurrent_episodes: int = Field(16, ge=1, description="Episodes in flight at once across the pool.")
-    max_observation_tokens: int = Field(
-        256,
+    max_observation_tokens: int | None = Field(
+        None,
         ge=8,
-        description="Observations longer than this are cut (keeping the head) so one tool output cannot fill the context.",
+        description="Observations longer than this many tokens of the served model are cut (head kept, the cut "
+        "stated) so one tool output cannot fill the context. None: a quarter of max_total_tokens (256 of 1,024), "
+        "sized from the context the episode has.",
     )
+
+    @model_validator(mode="after")
+    def _observation_within_context(self) -> EpisodeLimits:
+        if self.max_observation_tokens is not None and self.max_observation_tokens >= self.max_total_tokens:
+            raise ValueError(
+                f"limits.max_observation_tokens ({self.max_observation_tokens}) is not below limits.max_total_tokens "
+                f"({self.max_total_tokens}): one observation would fill the episode; lower it or leave it unset"
+            )
+        return self
+
+    def observation_tokens(self) -> int:
+        """The resolved `max_observation_tokens`."""
+        return self.max_observation_tokens or max(8, self.max_total_tokens // 4)
 
 
 class DisaggregationConfig(BaseModel):
@@ -218,6 +233,12 @@ class InferenceConfig(BaseModel):
         "(<tool_call>{...}</tool_call>, engines/tool_calls.py), the schemas given to the chat template as `tools` "
         "and each call parsed by the agent loop; 'hermes' needs a chat template with a tools section.",
     )
+    thinking: Literal["off", "on"] | None = Field(
+        None,
+        description="The chat template's thinking switch (enable_thinking, as Qwen3's): 'on' or 'off'; None: the "
+        "template's own default. With thinking a turn is <think>REASONING</think>ACTION: the reasoning stays in the "
+        "ids and the loss, only ACTION is parsed. Refused for a template without the switch.",
+    )
     max_model_len: int = Field(1024, ge=16, description="Context length of each server in tokens (prompt + all turns).")
     kv_cache_gb: float = Field(
         1.0,
@@ -305,6 +326,11 @@ class InferenceConfig(BaseModel):
                 f"tool_format='hermes': the chat template in {self.model_dir} never references "
                 "`tools`, so the tool schemas would not reach the model: use a template with a tools section "
                 "(as Qwen/Hermes templates have) or set tool_format = 'text'"
+            )
+        if self.thinking is not None and template_has_thinking_switch(self.model_dir) is False:
+            raise ValueError(
+                f"thinking={self.thinking!r}: the chat template in {self.model_dir} has no thinking switch "
+                "(it never reads enable_thinking), so the setting would change nothing; leave thinking unset"
             )
         for url in self.server_urls:
             if not url.startswith(("http://", "https://")):

@@ -24,6 +24,16 @@ after the marker is the continuation. The template thus decides everything it
 decides for a real conversation (roles, separators, headers, what a tool turn looks
 like after an assistant turn), and only the text behind the model is taken from it.
 
+Observations go in the role the template renders: `tool` where it does, else `ipython`
+or `observation` where it has one, else `user` (a template without a tool role, such as
+OLMoE-Instruct's, silently skips other roles). Every new message's text is checked to be
+in its continuation, so no observation is ever dropped without an error.
+
+Thinking: templates with a thinking switch (Qwen3's `enable_thinking`) render with the
+switch as `inference.thinking` sets it, or as the template's default; a model turn is
+then `<think>REASONING</think>ACTION`, kept whole in the ids, and `split_reasoning`
+separates the ACTION that is parsed.
+
 Owns: rendering (with the tool schemas, for native tool calls), the end-of-turn and
 stop ids, the system prompt stating the action language for models never trained on
 it, and SFT's ids and loss mask of a whole conversation (the same pieces the agent loop
@@ -36,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
@@ -46,6 +57,18 @@ Message = dict[str, object]  # {"role": str, "content": str, optional "train": b
 # Stands in for the last assistant content while the continuation is rendered: plain
 # word characters, which no template strips, splits or escapes.
 _MARK = "TandemTurnMark7q"
+# The same for an observation's content while the role that renders it is probed.
+_OBSERVATION_MARK = "TandemObservationMark3k"
+# Where an observation goes when the template has no tool role: a role some templates
+# have for tool results (Llama 3.1's ipython, GLM's observation), else the user's.
+OBSERVATION_ROLES = ("tool", "ipython", "observation", "user")
+
+# Reasoning of thinking models (Qwen3, DeepSeek-R1, GLM-4.5): <think>REASONING</think>ACTION.
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+UNCLOSED_REASONING = (
+    f"your reasoning was never closed with {THINK_CLOSE}, so no action was taken; "
+    f"close it and write the action after {THINK_CLOSE}"
+)
 
 # For models never trained on the action language (every Hub model): what a turn may
 # say. Models trained on the micro demonstrations (the tiny warm start) need none.
@@ -80,6 +103,9 @@ class ChatFormat:
     system_prompt: str | None = None  # prepended to conversations that bring none
     roles: tuple[str, ...] = ("system", "user", "assistant", "tool")
     _end_text: str = field(default="", repr=False)
+    observation_role: str = "tool"  # the role `tool` messages are rendered in (OBSERVATION_ROLES)
+    thinking: bool | None = None  # enable_thinking passed to the template; None: its own default
+    opens_reasoning: bool = False  # the generation prompt opens <think>: turns start inside the reasoning
 
     @classmethod
     def from_tokenizer(
@@ -88,13 +114,16 @@ class ChatFormat:
         model_dir: str | Path | None = None,
         system_prompt: str | None | bool = True,
         tools: Sequence[dict] | None = None,
+        thinking: Literal["off", "on"] | None = None,
     ) -> ChatFormat:
         """The format of `tokenizer`'s chat template; eos ids also from `model_dir`'s
         generation_config.json when there is one. `tools` (JSON schemas, as
         engines/tool_calls.py's) go to every rendering; the template must show them.
         `system_prompt=True` chooses: none for this project's own template (its models
         learn the protocol by SFT), TOOL_CALL_SYSTEM_PROMPT with tools, SYSTEM_PROMPT
-        otherwise; a string or None sets it."""
+        otherwise; a string or None sets it. `thinking` (inference.thinking) sets the
+        template's thinking switch; a template without one is refused, since the
+        setting would change nothing."""
         template = tokenizer.chat_template
         if not template:
             raise ValueError(
@@ -107,11 +136,18 @@ class ChatFormat:
                 "inference.tool_format = 'hermes': this project's own chat template has no tools section; "
                 "use tool_format = 'text' with it, or a model whose template lists tools"
             )
+        enable = None if thinking is None else thinking == "on"
+        if thinking is not None and (own or not _has_thinking_switch(tokenizer)):
+            raise ValueError(
+                f"inference.thinking = {thinking!r}: the chat template of {tokenizer.name_or_path!r} has no thinking "
+                "switch (it renders the same with enable_thinking true and false), so the setting would change "
+                "nothing; leave inference.thinking unset for this model"
+            )
         if own:
             render: Render = lambda messages, gen: render_messages(messages, gen)  # noqa: E731  (tested twin)
         else:
-            render = _jinja_render(tokenizer, tools)
-            if tools and render(_PROBE, True) == _jinja_render(tokenizer, None)(_PROBE, True):
+            render = _jinja_render(tokenizer, tools, enable)
+            if tools and render(_PROBE, True) == _jinja_render(tokenizer, None, enable)(_PROBE, True):
                 raise ValueError(
                     f"inference.tool_format = 'hermes': the chat template of {tokenizer.name_or_path!r} does not "
                     "render the tools it is given, so the model would never see them; use tool_format = 'text' "
@@ -122,8 +158,21 @@ class ChatFormat:
         eos = _model_eos_ids(tokenizer, model_dir)
         end_text, end_id = _end_of_turn(tokenizer, render)
         stops = tuple(dict.fromkeys((end_id, *eos)))
-        roles = tuple(ROLE_TOKEN) if own else ("system", "user", "assistant", "tool")
-        return cls(tokenizer, render, end_id, stops, eos, system_prompt or None, roles, end_text)
+        observation = "tool" if own else _observation_role(tokenizer, render)
+        roles = tuple(ROLE_TOKEN) if own else tuple(dict.fromkeys(("system", "user", "assistant", "tool", observation)))
+        return cls(
+            tokenizer,
+            render,
+            end_id,
+            stops,
+            eos,
+            system_prompt or None,
+            roles,
+            end_text,
+            observation_role=observation,
+            thinking=enable,
+            opens_reasoning=render(_PROBE, True).rstrip().endswith(THINK_OPEN),
+        )
 
     @property
     def extra_stop_ids(self) -> tuple[int, ...]:
@@ -153,6 +202,7 @@ class ChatFormat:
         if text.count(_MARK) != 1:
             raise ValueError("a message of the conversation contains the turn marker; it cannot be rendered")
         after = text.split(_MARK, 1)[1]
+        self._check_rendered(self._plain(new), after)
         if closed_by == self.end_id:
             if not after.startswith(self._end_text):
                 raise ValueError(
@@ -193,29 +243,92 @@ class ChatFormat:
                 history += new
         return ids, mask
 
+    def split_turn(self, text: str) -> tuple[str, str | None]:
+        """A model turn's (reasoning, action) in this template (see `split_reasoning`)."""
+        return split_reasoning(text, self.opens_reasoning)
+
     def _with_system(self, messages: list[Message]) -> list[Message]:
         if self.system_prompt is None or (messages and messages[0].get("role") == "system"):
             return messages
         return [{"role": "system", "content": self.system_prompt}, *messages]
 
-    @staticmethod
-    def _plain(messages: Sequence[Message]) -> list[Message]:
-        """Role and content only (templates may render unknown keys such as `train`)."""
-        return [{"role": m["role"], "content": str(m.get("content") or "")} for m in messages]
+    def _plain(self, messages: Sequence[Message]) -> list[Message]:
+        """Role and content only (templates may render unknown keys such as `train`), with
+        `tool` messages in the role this template renders observations in."""
+        return [
+            {
+                "role": self.observation_role if m["role"] == "tool" else m["role"],
+                "content": str(m.get("content") or ""),
+            }
+            for m in messages
+        ]
+
+    def _check_rendered(self, new: Sequence[Message], continuation: str) -> None:
+        """Raise when a new message's text is missing from its rendered continuation: a
+        template that skips a role would drop the observation without a trace."""
+        for m in new:
+            content = str(m["content"]).strip()
+            if content and content not in continuation:
+                raise ValueError(
+                    f"chat template of {self.tokenizer.name_or_path!r} does not render the text of a "
+                    f"{m['role']!r} message ({content[:40]!r}...): the model would never see it. Use a template "
+                    f"that renders the {m['role']!r} role, or give the message in a role it renders"
+                )
+
+
+def split_reasoning(text: str, opened: bool = False) -> tuple[str, str | None]:
+    """(reasoning, action) of a model turn. A turn that opens with <think> (or follows a
+    generation prompt that opened it: `opened`) reasons until the last </think>; the
+    action is what follows, leading blank lines dropped. Reasoning never closed gives
+    action None: the turn took no action (an invalid action, never a parse of the
+    reasoning). A turn without reasoning is all action. The reasoning stays in the ids
+    and the loss as sampled; only the action is parsed."""
+    if not (opened or text.lstrip().startswith(THINK_OPEN)):
+        return "", text
+    end = text.rfind(THINK_CLOSE)
+    if end < 0:
+        return text, None
+    cut = end + len(THINK_CLOSE)
+    return text[:cut], text[cut:].lstrip()
 
 
 _PROBE: list[Message] = [{"role": "user", "content": "u"}]
 
 
-def _jinja_render(tokenizer: PreTrainedTokenizerBase, tools: Sequence[dict] | None) -> Render:
+def _jinja_render(tokenizer: PreTrainedTokenizerBase, tools: Sequence[dict] | None, thinking: bool | None) -> Render:
+    """The template's rendering; `thinking` goes to it as enable_thinking unless None
+    (then the template's own default holds, as when nothing is passed)."""
     tools = list(tools) if tools else None
+    extra = {} if thinking is None else {"enable_thinking": thinking}
 
     def render(messages: list[Message], add_generation_prompt: bool) -> str:
         return tokenizer.apply_chat_template(
-            messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
+            messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
         )
 
     return render
+
+
+def _has_thinking_switch(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the template reads enable_thinking: its prompt differs between true and false."""
+    on, off = (_jinja_render(tokenizer, None, flag)(_PROBE, True) for flag in (True, False))
+    return on != off
+
+
+def _observation_role(tokenizer: PreTrainedTokenizerBase, render: Render) -> str:
+    """The first of OBSERVATION_ROLES whose message text the template renders after an
+    assistant turn (a template may skip a role silently or refuse it with an error)."""
+    for role in OBSERVATION_ROLES:
+        messages = [*_PROBE, {"role": "assistant", "content": "a"}, {"role": role, "content": _OBSERVATION_MARK}]
+        try:
+            if _OBSERVATION_MARK in render(messages, True):
+                return role
+        except Exception:  # jinja's raise_exception for a role it does not take
+            continue
+    raise ValueError(
+        f"chat template of {tokenizer.name_or_path!r} renders no observation after an assistant turn in any of the "
+        f"roles {list(OBSERVATION_ROLES)}: the model could never see a tool's output"
+    )
 
 
 def _model_eos_ids(tokenizer: PreTrainedTokenizerBase, model_dir: str | Path | None) -> tuple[int, ...]:

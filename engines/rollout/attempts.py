@@ -6,8 +6,11 @@ episode, so it has no observation and shows only as the episode being resolved.
 From the text alone (so it works on stored trajectories too) this recovers the
 number of attempts, whether the first one passed, and how often a retry repeated
 an edit that had already failed: the behaviours the evaluation reports beside
-pass@1. Two evaluations of the same tasks are compared pairwise: McNemar's exact test
-(`mcnemar_p`) and a paired-bootstrap interval of the gain (`paired_bootstrap_interval`).
+pass@1. A turn counts by the action it stands for, whatever the run's format: a text
+action, or a `<tool_call>` (inference.tool_format = "hermes") read as its text action,
+with a thinking model's reasoning set aside (`turn_action`). Two evaluations of the same
+tasks are compared pairwise: McNemar's exact test (`mcnemar_p`) and a paired-bootstrap
+interval of the gain (`paired_bootstrap_interval`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engines.protocol import ASSISTANT, EDIT_TOOLS, END, TOOL, parse_action
+from engines.model.chat_format import split_reasoning
+from engines.protocol import ASSISTANT, EDIT_TOOLS, END, TOOL, Action, InvalidAction, parse_action
+from engines.tool_calls import CALL_OPEN, parse_tool_call
 
 _REVERTED = re.compile(r"\nreverted \(attempt \d+ of \d+\)$")
 _TURN = re.compile(
@@ -39,13 +44,27 @@ def conversation_turns(conversation: str) -> list[tuple[str, str]]:
 
 
 def message_turns(messages: list[dict[str, str]]) -> list[tuple[str, str]]:
-    """(action, observation) of each assistant message, whatever chat template framed them."""
+    """(action, observation) of each assistant message, whatever chat template framed them.
+    The observation is the message after it in whichever role the template rendered it
+    (`tool`, or `user` where it has no tool role: ChatFormat.observation_role)."""
     turns = []
     for i, m in enumerate(messages):
         if m["role"] == "assistant":
             after = messages[i + 1] if i + 1 < len(messages) else None
-            turns.append((m["content"], after["content"] if after and after["role"] == "tool" else ""))
+            observed = after is not None and after["role"] not in ("assistant", "system")
+            turns.append((m["content"], after["content"] if observed else ""))
     return turns
+
+
+def turn_action(text: str) -> Action | InvalidAction:
+    """The action a stored model turn stands for: reasoning (<think>...</think>) set
+    aside, then a text action, else a tool call. Reads any run's turns without its
+    configuration: a tool-call turn is never a valid text action."""
+    _, text = split_reasoning(text)
+    if text is None:
+        return InvalidAction("reasoning never closed")
+    action = parse_action(text)
+    return parse_tool_call(text) if isinstance(action, InvalidAction) and CALL_OPEN in text else action
 
 
 def attempt_stats(conversation: str, resolved: bool, messages: list[dict[str, str]] | None = None) -> AttemptStats:
@@ -59,8 +78,8 @@ def attempt_stats(conversation: str, resolved: bool, messages: list[dict[str, st
     repeats = 0
     last_edit: tuple | None = None
     for action_text, observation in turns:
-        action = parse_action(action_text)
-        if getattr(action, "tool", None) not in EDIT_TOOLS:
+        action = turn_action(action_text)
+        if not isinstance(action, Action) or action.tool not in EDIT_TOOLS:
             continue
         key = (action.tool, action.path, action.line, action.scope, action.body, action.old, action.new)
         if observation and _REVERTED.search(observation):

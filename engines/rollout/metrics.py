@@ -16,10 +16,11 @@ def _mean(table: pa.Table, column: str) -> float | None:
 
 
 def episode_metrics(episodes: pa.Table, step: int) -> dict[str, float | int | None]:
-    """Reward mean, pass rate, staleness, tokens and infra failures of a rollouts table.
+    """Reward mean, pass rate, staleness, tokens, infra failures and the share of
+    episodes with a valid action of a rollouts table.
 
-    Infrastructure failures say nothing about the policy: they are left out of both
-    means (their reward is NaN). A step of infra failures only has None for both.
+    Infrastructure failures say nothing about the policy: they are left out of the
+    means (their reward is NaN). A step of infra failures only has None for them.
     """
     failed = pc.fill_null(episodes.column("infra_failure"), False)
     graded = episodes.filter(pc.invert(failed))
@@ -33,4 +34,16 @@ def episode_metrics(episodes: pa.Table, step: int) -> dict[str, float | int | No
         "staleness_max": None if min_version is None else step - min_version,
         "completion_tokens": tokens,
         "infra_failures": int(pc.sum(pc.cast(failed, "int64")).as_py() or 0),
+        "valid_action_share": valid_action_share(graded),
     }
+
+
+def valid_action_share(episodes: pa.Table) -> float | None:
+    """Fraction of episodes with at least one valid action. 0.0 is the alarm of a run
+    that learns nothing (every reward zero because no turn ever parsed: a template,
+    thinking or tool-format mismatch). None when not recorded (shards before schema
+    version 3) or no episode."""
+    if "valid_actions" not in episodes.column_names:
+        return None
+    counts = [c for c in episodes.column("valid_actions").to_pylist() if c is not None]
+    return sum(c > 0 for c in counts) / len(counts) if counts else None

@@ -6,13 +6,19 @@ Invariants (tested in tests/engines/rollout/):
 - Every episode requested is written, infrastructure failures included (flagged,
   left out of group statistics), so nothing is silently dropped.
 - The shard is written only after the staleness bound is checked.
+- A step in which no episode generated a single token (the harness worked, the model
+  was never asked or never answered) is an error naming what its episodes ended on,
+  not a step trained on nothing; a step in which no episode made a valid action is
+  written, with a warning line and `valid_action_share` 0.0 in its metrics.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +33,12 @@ from engines.inference.agent import AgentLoop, EpisodeRequest
 from engines.inference.types import Episode
 from engines.rollout.records import episode_row, rollouts_table
 from engines.staleness import check_episodes
+
+log = logging.getLogger(__name__)
+
+
+class NoTokensGenerated(RuntimeError):
+    """No episode of a step generated a token: training on it would learn nothing."""
 
 
 @dataclass
@@ -141,12 +153,57 @@ async def run_step(
     requests = episode_requests(tasks, group_size, env, step, agent.cfg.sampling.seed, pool_tester(grader, cache))
     episodes = await agent.run_episodes(requests)
     t1 = time.monotonic()
+    check_generated(step, episodes)
+    valid = [agent.valid_actions(e.messages) for e in episodes]
+    warn_without_valid_actions(step, episodes, valid)
     by_id = {t.instance_id: t for t in tasks}
     grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in episodes])
     t2 = time.monotonic()
     staleness = check_episodes(step, async_level, [e.policy_versions for e in episodes])
-    table = episodes_table(run, step, [by_id[e.task_id] for e in episodes], episodes, grades)
+    table = episodes_table(run, step, [by_id[e.task_id] for e in episodes], episodes, grades, valid)
     return StepRollouts(table, t1 - t0, t2 - t1, staleness)
+
+
+def check_generated(step: int, episodes: Sequence[Episode]) -> None:
+    """Raise NoTokensGenerated when no episode generated a token although the harness
+    did not fail them all: such a step (every prompt over the limits, every request
+    refused, a model that ends its turn at once) would train on nothing and report a
+    pass rate of 0.000 as if the policy had tried. The error names what the episodes
+    ended on. A step whose episodes all failed in the harness is written as such
+    (flagged infra failures, left out of the metrics)."""
+    if not episodes or any(any(e.loss_mask) for e in episodes) or all(e.infra_failure for e in episodes):
+        return
+    reasons = Counter(e.finish_reason for e in episodes)
+    messages = Counter(e.infra_message for e in episodes if e.infra_message)
+    said = "; ".join(f"{m[:300]!r} (x{n})" for m, n in messages.most_common(3)) or "none"
+    raise NoTokensGenerated(
+        f"step {step}: none of its {len(episodes)} episodes generated a token. Finish reasons: "
+        + ", ".join(f"{r} x{n}" for r, n in reasons.most_common())
+        + f". Messages: {said}. Check inference.limits (max_total_tokens against the prompts), the served "
+        "model and the chat template's stop ids"
+    )
+
+
+def warn_without_valid_actions(step: int, episodes: Sequence[Episode], valid: Sequence[int]) -> bool:
+    """Print a warning line when no episode (infra failures aside) made a valid action:
+    every reward is then zero and the step teaches nothing, which a run would otherwise
+    show only as a flat pass rate. Returns whether it warned."""
+    judged = [(e, n) for e, n in zip(episodes, valid) if not e.infra_failure]
+    if not judged or any(n for _, n in judged):
+        return False
+    turns = sum(e.num_turns for e, _ in judged)
+    first = next((o for e, _ in judged if (o := _first_observation(e.messages)) is not None), None)
+    example = f"; the first observation: {first[:200]!r}" if first is not None else ""
+    log.warning(
+        "step %d: no episode made a valid action (%d episodes, %d model turns)%s. Every reward is zero: check that "
+        "the model writes the action language of inference.tool_format, and inference.thinking against its chat "
+        "template",
+        step,
+        len(judged),
+        turns,
+        example,
+    )
+    return True
 
 
 def grade_episodes(grader: GradingPool, cache: GradeCache, pairs: Sequence[tuple[Task, Episode]]) -> list[GradeResult]:
@@ -162,8 +219,26 @@ def grade_episodes(grader: GradingPool, cache: GradeCache, pairs: Sequence[tuple
     return out  # type: ignore[return-value]
 
 
+def _first_observation(messages: Sequence[dict]) -> str | None:
+    """The text of the message after an episode's first model turn (what the model was told)."""
+    roles = [m.get("role") for m in messages]
+    if "assistant" not in roles:
+        return None
+    after = roles.index("assistant") + 1
+    return str(messages[after].get("content") or "") if after < len(messages) else None
+
+
 def episodes_table(
-    run: str, step: int, tasks: Sequence[Task], episodes: Sequence[Episode], grades: Sequence[GradeResult]
+    run: str,
+    step: int,
+    tasks: Sequence[Task],
+    episodes: Sequence[Episode],
+    grades: Sequence[GradeResult],
+    valid_actions: Sequence[int] | None = None,
 ) -> pa.Table:
+    """The step's rollouts rows; `valid_actions` per episode (AgentLoop.valid_actions),
+    null when not counted."""
     rows = [episode_row(run, step, t, e, g) for t, e, g in zip(tasks, episodes, grades)]
+    for row, count in zip(rows, valid_actions or ()):
+        row["valid_actions"] = count
     return rollouts_table(rows)

@@ -1,20 +1,22 @@
 """The chat format (engines/model/chat_format.py) on real tokenizers: the tiny one (whose
-ids must not move), and two trained here with other families' templates (ChatML, Llama-3
-headers). No server: the pieces the agent loop appends, checked against the template's
-own rendering of the conversation."""
+ids must not move), and others trained here with other families' templates (ChatML,
+Llama-3 headers, Qwen3's thinking switch, OLMoE-Instruct's template without a tool role).
+No server: the pieces the agent loop appends, checked against the template's own
+rendering of the conversation."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from engines.model.chat_format import SYSTEM_PROMPT, TOOL_CALL_SYSTEM_PROMPT, ChatFormat
+from engines.model.chat_format import SYSTEM_PROMPT, TOOL_CALL_SYSTEM_PROMPT, ChatFormat, split_reasoning
 from engines.model.load import load_tokenizer
 from engines.model.tokenizer import train_tokenizer
 from engines.protocol import ASSISTANT, END, TOOL, TOOLS, USER, parse_action
 from engines.tool_calls import TOOL_SCHEMAS, render_tool_call
-from tests.chat_models import FAMILIES, build_chat_model
+from tests.chat_models import FAMILIES, build_chat_model, chat_tokenizer
 
 ACTIONS = ["view m.py", "edit m.py 2\n    return a + b", "submit"]
 OBSERVATIONS = ["1 def add(a, b):\n2     return a - b", "FAILED test_m.py::test_add\nreverted (attempt 1 of 3)"]
@@ -192,3 +194,88 @@ def test_tools_are_refused_for_templates_that_would_not_show_them(tmp_path_facto
         ChatFormat.from_tokenizer(load_tokenizer(model_dir), model_dir, tools=TOOL_SCHEMAS)
     with pytest.raises(ValueError, match="own chat template has no tools section"):
         ChatFormat.from_tokenizer(load_tokenizer(tiny_model_dir), tiny_model_dir, tools=TOOL_SCHEMAS)
+
+
+# ---- observations in a template without a tool role (OLMoE-Instruct's) -------------
+
+
+@pytest.mark.chat_template
+def test_a_template_without_a_tool_role_gets_the_observations_as_user_turns() -> None:
+    tok = chat_tokenizer("olmoe")
+    silent = [{"role": "user", "content": "u"}, {"role": "tool", "content": "dropped"}]
+    assert "dropped" not in tok.apply_chat_template(silent, tokenize=False)  # what the loop used to send
+    chat = ChatFormat.from_tokenizer(tok)
+    assert chat.observation_role == "user"
+    pieces, messages = episode_pieces(chat, [True, False, True])
+    text = tok.decode([i for p in pieces for i in p], skip_special_tokens=False)
+    assert all(f"<|user|>\n{o}\n<|assistant|>\n" in text for o in OBSERVATIONS)  # none dropped
+    # The ids are the template's rendering of the same conversation with user observations.
+    as_user = [{**m, "role": "user"} if m["role"] == "tool" else m for m in messages]
+    rendered = tok.apply_chat_template(as_user, tokenize=False)
+    assert rendered == text  # the last turn closed by the model: nothing follows
+    # SFT takes demonstrations with `tool` messages and renders them the same way.
+    sft_ids, _ = chat.conversation(messages[1:])
+    assert sft_ids == [i for p in episode_pieces(chat, [True, True, True])[0] for i in p]
+
+
+@pytest.mark.chat_template
+def test_an_observation_the_template_would_drop_is_an_error_naming_the_template_and_role() -> None:
+    tok = chat_tokenizer("olmoe")
+    tok.name_or_path = "allenai/OLMoE-1B-7B-0924-Instruct"
+    chat = dataclasses.replace(ChatFormat.from_tokenizer(tok), observation_role="tool")  # as before the probe
+    history = [*chat.first_messages("fix add"), {"role": "assistant", "content": "view m.py"}]
+    message = r"OLMoE-1B-7B-0924-Instruct'.* does not render the text of a 'tool' message \('1 def add'"
+    with pytest.raises(ValueError, match=message):
+        chat.continuation_ids(history, [{"role": "tool", "content": "1 def add"}], chat.end_id)
+
+
+def test_the_observation_role_is_the_first_the_template_renders() -> None:
+    def tokenizer(template: str):
+        return train_tokenizer(["view m.py\n"] * 20, 300, ["<e>"], template, "<e>", "<e>")
+
+    # Llama 3.1 style: tool results in an `ipython` turn; `tool` refused by the template.
+    ipython = (
+        "{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tool role') }}{% endif %}"
+        "[{{ m['role'] }}]{{ m['content'] }}<e>{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
+    )
+    assert ChatFormat.from_tokenizer(tokenizer(ipython)).observation_role == "ipython"
+    # Renders only user and assistant turns, and nothing of any other role.
+    only = (
+        "{% for m in messages %}{% if m['role'] in ('user', 'assistant') %}[{{ m['role'] }}]{{ m['content'] }}<e>"
+        "{% endif %}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
+    )
+    assert ChatFormat.from_tokenizer(tokenizer(only)).observation_role == "user"
+
+
+# ---- thinking (Qwen3's enable_thinking switch) ---------------------------------------
+
+
+@pytest.mark.chat_template
+def test_the_thinking_switch_reaches_the_template_and_is_refused_where_there_is_none(tiny_model_dir: Path) -> None:
+    tok = chat_tokenizer("qwen3")
+    prompts = {}
+    for thinking in (None, "on", "off"):
+        chat = ChatFormat.from_tokenizer(tok, thinking=thinking)
+        prompts[thinking] = tok.decode(chat.prompt_ids(chat.first_messages("fix add")), skip_special_tokens=False)
+        assert chat.thinking == {None: None, "on": True, "off": False}[thinking] and not chat.opens_reasoning
+    assert prompts[None] == prompts["on"] and prompts["on"].endswith("fix add<|im_end|>\n<|im_start|>assistant\n")
+    assert prompts["off"] == prompts["on"] + "<think>\n\n</think>\n\n"  # Qwen3's closed empty block
+    for other in (chat_tokenizer("chatml"), load_tokenizer(tiny_model_dir)):
+        with pytest.raises(ValueError, match="inference.thinking = 'on': the chat template .* has no thinking switch"):
+            ChatFormat.from_tokenizer(other, thinking="on")
+
+
+@pytest.mark.parametrize(
+    ("text", "opened", "split"),
+    [
+        ("view m.py", False, ("", "view m.py")),
+        ("<think>\nthe test fails\n</think>\n\nview m.py", False, ("<think>\nthe test fails\n</think>", "view m.py")),
+        ("<think>a</think>b</think>\nsubmit", False, ("<think>a</think>b</think>", "submit")),  # the last one closes
+        ("<think>\nstill thinking", False, ("<think>\nstill thinking", None)),  # never closed: no action
+        ("plan</think>\n\nsubmit", True, ("plan</think>", "submit")),  # the prompt opened it (DeepSeek-R1 style)
+        ("plan", True, ("plan", None)),
+        ("edit m.py 2\n    s = '</think>'", False, ("", "edit m.py 2\n    s = '</think>'")),  # no reasoning here
+    ],
+)
+def test_a_turn_splits_into_its_reasoning_and_its_action(text: str, opened: bool, split: tuple) -> None:
+    assert split_reasoning(text, opened) == split

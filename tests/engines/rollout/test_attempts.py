@@ -7,8 +7,9 @@ import math
 
 import pytest
 
-from engines.protocol import render_messages
-from engines.rollout.attempts import attempt_stats, mcnemar_p, paired_bootstrap_interval
+from engines.protocol import parse_action, render_messages
+from engines.rollout.attempts import AttemptStats, attempt_stats, mcnemar_p, paired_bootstrap_interval
+from engines.tool_calls import render_tool_call
 
 
 def _conversation(turns: list[tuple[str, str | None]]) -> str:
@@ -82,6 +83,49 @@ def test_attempts_are_read_from_messages_whatever_the_template_framed():
     stats = attempt_stats(chatml, resolved=True, messages=messages)
     assert (stats.attempts, stats.first_passed, stats.repeats) == (3, False, 1)
     assert stats == attempt_stats(_conversation(turns), resolved=True)
+
+
+RETRIES = [
+    ("edit m.py 2\n    return a", FAIL.format(1)),
+    ("edit m.py 2\n    return a", FAIL.format(2)),
+    ("edit m.py 2\n    return b", None),
+]
+
+
+def _messages(turns: list[tuple[str, str | None]], observation_role: str = "tool") -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": "tools"}, {"role": "user", "content": "m.py\n1 def f(a, b):"}]
+    for action, observation in turns:
+        messages.append({"role": "assistant", "content": action})
+        if observation is not None:
+            messages.append({"role": observation_role, "content": observation})
+    return messages
+
+
+def test_tool_call_turns_count_as_the_attempts_they_stand_for():
+    """inference.tool_format = 'hermes': each turn a <tool_call>, read as its action (these
+    statistics read 0 attempts before)."""
+    calls = [(render_tool_call(parse_action(a)), o) for a, o in RETRIES]
+    stats = attempt_stats("", resolved=True, messages=_messages(calls))
+    assert (stats.attempts, stats.first_passed, stats.repeats) == (3, False, 1)
+    assert stats == attempt_stats(_conversation(RETRIES), resolved=True)
+    first = [(render_tool_call(parse_action("edit m.py 2\n    return b")), None)]
+    assert attempt_stats("", resolved=True, messages=_messages(first)) == AttemptStats(1, True, 0)
+
+
+def test_a_thinking_models_turns_count_by_the_action_after_their_reasoning():
+    thought = [(f"<think>\ntry {i}\n</think>\n\n{a}", o) for i, (a, o) in enumerate(RETRIES)]
+    assert attempt_stats("", resolved=True, messages=_messages(thought)) == AttemptStats(3, False, 1)
+    calls = [(f"<think>try</think>{render_tool_call(parse_action(a))}", o) for a, o in RETRIES]
+    assert attempt_stats("", resolved=True, messages=_messages(calls)) == AttemptStats(3, False, 1)
+    # Reasoning never closed is no attempt, whatever it mentions.
+    unclosed = [("<think>\nedit m.py 2\n    return a", "error: reasoning"), *RETRIES[2:]]
+    assert attempt_stats("", resolved=True, messages=_messages(unclosed)) == AttemptStats(1, True, 0)
+
+
+def test_observations_in_a_user_turn_count_as_the_tool_ones():
+    """A template without a tool role gets the observations as user turns (ChatFormat.observation_role)."""
+    stats = attempt_stats("", resolved=True, messages=_messages(RETRIES, observation_role="user"))
+    assert stats == AttemptStats(3, False, 1)
 
 
 def test_mcnemar_matches_the_binomial_formula():

@@ -69,6 +69,9 @@ class Agent:
             for r in requests
         ]
 
+    def valid_actions(self, messages) -> int:
+        return 1  # every episode submits
+
 
 class Grader:
     """Stand-in for GradingPool: a patch resolves its task when it is the gold one."""
