@@ -25,7 +25,11 @@ is the median time to grade one micro task on one worker. `test_call_ms_pytest` 
 `test_call_ms_fast` are the median milliseconds of one `test`-tool call on a micro
 task through the pool (patch filtered and applied, tests run, tree reset), with
 pytest and with the plain runner (plain_runner.py), alternating, on the buggy
-module and on its fix. The last line printed is one JSON object.
+module and on its fix. `monitor_ms_micro` and `monitor_ms_project` are the median
+milliseconds the patch monitor (monitor.py) takes on one graded patch's changed files
+(parsed afresh, base and patch: no cache), on micro tasks and on the corpus's tasks,
+and `monitor_share_of_micro_grade` that cost over `micro_grade_s` (the cost of the
+monitor as a share of grading). The last line printed is one JSON object.
 
     python -m benchmarks.grading [--corpus DIR] [--tasks 24] [--repeats 3] [--test-calls 200]
     python -m benchmarks.grading --test-calls-only   # only the test-call figures
@@ -54,11 +58,12 @@ from engines.env.config import EnvConfig
 from engines.env.corpus import load_corpus, save_corpus
 from engines.env.grader import GradingPool, targeted_command
 from engines.env.micro import generate_micro_tasks
+from engines.env.monitor import _facts, scan
 from engines.env.report import frame_log, report_from_log
 from engines.env.sandbox import _sandbox_env, make_runner
 from engines.env.types import Task
 from engines.env.warm_pytest import WarmPytest, pytest_args
-from engines.env.workspace import Workspace, git_apply
+from engines.env.workspace import Workspace, apply_to_files, base_files, git_apply
 
 
 def bench_corpus(path: str | None, n: int) -> list[Task]:
@@ -146,6 +151,22 @@ def test_call_ms(config: EnvConfig, calls: int) -> tuple[float, float]:
     return statistics.median(slow) * 1000, statistics.median(fast) * 1000
 
 
+def monitor_ms(tasks: list[Task]) -> float:
+    """Median ms of the patch monitor on each task's gold patch, as the grader calls it
+    (the changed files and their base), with nothing cached."""
+    times = []
+    for task in tasks:
+        base = base_files(task)
+        fixed = apply_to_files(base, task.patch, "gold")
+        changed = {p: data for p, data in fixed.items() if base.get(p) != data}
+        for _ in range(5):
+            _facts.cache_clear()
+            start = time.perf_counter()
+            scan({p: base[p] for p in changed if p in base}, changed, task.meta().get("test_files", []))
+            times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", help="corpus directory (default: a cached toolz corpus)")
@@ -161,7 +182,8 @@ def main() -> None:
             slow_ms, fast_ms = test_call_ms(EnvConfig(scratch_dir=str(scratch)), args.test_calls)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        print(json.dumps(_test_calls(args.test_calls, slow_ms, fast_ms)))
+        micro_ms = monitor_ms(generate_micro_tasks(50, seed=1))
+        print(json.dumps({**_test_calls(args.test_calls, slow_ms, fast_ms), "monitor_ms_micro": round(micro_ms, 3)}))
         return
 
     tasks = bench_corpus(args.corpus, args.tasks)
@@ -188,6 +210,7 @@ def main() -> None:
             pool.grade_one(micro[0], micro[0].patch)
             micro_s = statistics.median(pool.grade_one(t, p).grading_s for t in micro for p in (t.patch, ""))
         slow_ms, fast_ms = test_call_ms(config, args.test_calls)
+        micro_monitor_ms, project_monitor_ms = monitor_ms(micro), monitor_ms(tasks)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -212,6 +235,9 @@ def main() -> None:
         "sandbox_overhead": round(overhead, 4),
         "micro_grade_s": round(micro_s, 3),
         **_test_calls(args.test_calls, slow_ms, fast_ms),
+        "monitor_ms_micro": round(micro_monitor_ms, 3),
+        "monitor_ms_project": round(project_monitor_ms, 3),
+        "monitor_share_of_micro_grade": round(micro_monitor_ms / 1000 / micro_s, 4),
     }
     print(json.dumps(result))
 

@@ -108,6 +108,13 @@ class EnvConfig(BaseModel):
         description="Lines one `view` shows at most (a page); a longer file or function is paged and the observation "
         "names the range to view next. 60 lines of real code are about 600-900 tokens.",
     )
+    hack_policy: Literal["zero_reward", "record"] = Field(
+        "zero_reward",
+        description="What a flag of the patch monitor (engines/env/monitor.py: source changes that reach into pytest "
+        "or the interpreter, or truth dunders added to a class) does to a grade: 'zero_reward' grades the patch not "
+        "resolved with reward 0 and its note names the rules; 'record' keeps the tests' verdict and only records the "
+        "flags (GradeResult.flags, the rollouts' hack_flags), for measuring a monitor's false positives.",
+    )
     max_patch_bytes: int = Field(
         2_000_000, ge=1024, description="Patches larger than this are graded as failures without being applied (bytes)."
     )

@@ -11,7 +11,14 @@ infra, which training leaves out of group statistics):
      test_patch is applied (a failure here is infra);
   5. only the FAIL_TO_PASS and PASS_TO_PASS tests run, in the sandbox (a warm one
      per copy for pytest commands, warm_pytest.py);
-  6. the framed log is parsed and decided with SWE-bench's rules (report.py).
+  6. the framed log is parsed and decided with SWE-bench's rules (report.py);
+  7. the patch monitor (monitor.py) reads the changed source files as step 4 left
+     them against the base: a change that reaches into pytest or the interpreter, or
+     adds truth dunders to a class, is flagged (`GradeResult.flags`), and with
+     `hack_policy = "zero_reward"` (the default) a flagged patch is graded not
+     resolved with reward 0, its note naming the rules. The tests run in the same
+     process as the code they judge, so passing them is no proof on its own.
+     Unflagged patches are graded exactly as without the monitor.
 With `fast` (the `test` tool and edit feedback, when `fast_test_runner` is on), a
 task whose tests are plain functions runs them in the same warm sandbox without
 pytest (plain_runner.py) and is decided by the same rules on the status map that
@@ -19,7 +26,8 @@ runner reports; where it cannot decide, pytest runs as above. A final grade is
 never fast. A fast grade may come with the patch's files as an episode holds them
 in memory (`changes`, base files only): they are written in place of steps 2-4,
 which spares three git processes a call; what they cannot vouch for (a new or
-protected path) goes the patch's way.
+protected path) goes the patch's way. Every route is monitored alike, so a fast grade
+that pytest decided (cached as a final one) carries the same verdict.
 A timeout of the tests is a model failure (the patch made them hang); a sandbox
 that cannot start, or a task whose test patch does not apply, is infra.
 
@@ -39,11 +47,13 @@ import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
 from engines.env.config import EnvConfig
 from engines.env.errors import EnvError, TaskError
+from engines.env.monitor import MonitorReport, scan
 from engines.env.patches import filter_patch, is_allowed
 from engines.env.plain_runner import PlainRun, runs_plain
 from engines.env.report import TestReport, frame_log, report_from_log, report_from_statuses
@@ -235,11 +245,13 @@ def _grade(
         return _result(
             task, start, notes=f"patch touched protected paths: {', '.join(refused[:10])}; not graded", applied=False
         )
+    sources = [p for p in changed if p.endswith((".py", ".pyw")) and (ws.root / p).is_file()]
+    monitor = _monitor(task, ws.base, {p: (ws.root / p).read_bytes() for p in sources})
     if task.test_patch and (error := ws.apply(task.test_patch)):
         raise TaskError(f"test_patch does not apply on the base ({error}); fix the task")
     if fast and isinstance(runner, BwrapRunner) and slot.plain_ready(task, changed, config):
         if (decided := _run_plain(task, ws, config, runner, slot, dropped, start)) is not None:
-            return decided
+            return _flagged(decided, monitor, config)
         # The plain runner left the decision to pytest: the same tree again, from the base.
         if error := ws.apply(filtered.text):
             raise EnvError(f"the patch applied once but not again after the plain run: {error}")
@@ -250,7 +262,7 @@ def _grade(
         rep = report_from_log(
             frame_log(run.output, run.exit_code), task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS
         )
-    return _decided(task, run, rep, dropped, config, start, "pytest")
+    return _flagged(_decided(task, run, rep, dropped, config, start, "pytest"), monitor, config)
 
 
 def _plain_grade(
@@ -268,7 +280,8 @@ def _plain_grade(
         return None
     ws = slot.workspace(task, config.python)
     ws.write(changes)
-    return _run_plain(task, ws, config, runner, slot, "", start)
+    decided = _run_plain(task, ws, config, runner, slot, "", start)
+    return None if decided is None else _flagged(decided, _monitor(task, ws.base, changes), config)
 
 
 def _run_plain(
@@ -325,6 +338,28 @@ def _decided(
         True,
         notes,
         runner,
+    )
+
+
+def _monitor(task: Task, base: Files, patched: Files) -> MonitorReport:
+    """The patch monitor on the files a patch left (`patched`: changed paths only)."""
+    return scan({p: base[p] for p in patched if p in base}, patched, protected_files(task))
+
+
+def _flagged(result: GradeResult, monitor: MonitorReport, config: EnvConfig) -> GradeResult:
+    """`result` with the monitor's flags and `config.hack_policy` applied; unchanged
+    when nothing was flagged."""
+    if not monitor.flags:
+        return result
+    zero = config.hack_policy == "zero_reward"
+    verdict = "graded not resolved (hack_policy=zero_reward)" if zero else "recorded (hack_policy=record)"
+    note = f"patch monitor flagged {monitor.summary()}; {verdict}"
+    return replace(
+        result,
+        resolved=result.resolved and not zero,
+        reward=0.0 if zero else result.reward,
+        notes="; ".join(n for n in (result.notes, note) if n),
+        flags=monitor.rules,
     )
 
 

@@ -79,6 +79,9 @@ class GradeResult:
     patch_applied: bool = True
     notes: str = ""  # why a model failure happened (patch rejected, timeout, dropped files)
     runner: Literal["pytest", "plain"] = "pytest"  # "plain": the fast runner of the test tool, never a final grade
+    # Rules the patch monitor (engines/env/monitor.py) flagged on the patch; with
+    # EnvConfig.hack_policy = "zero_reward" a flagged patch is never resolved.
+    flags: tuple[str, ...] = ()
 
     @classmethod
     def failed(

@@ -52,6 +52,7 @@ def episode_row(run: str, step: int, task: Task, ep: Episode, grade: GradeResult
         "p2p_passed": grade.p2p_passed,
         "p2p_total": grade.p2p_total,
         "test_report": report_json(grade),
+        "hack_flags": list(grade.flags),
         "patch": ep.patch,
         "num_turns": ep.num_turns,
         "finish_reason": ep.finish_reason,

@@ -233,3 +233,64 @@ def test_kv_roles_and_connector_reach_the_servers() -> None:
     assert {c["kv_connector"] for c in configs} == {"ExampleConnector"}
     assert [c["kv_role"] for c in configs] == roles
     assert {c["kv_connector_extra_config"]["shared_storage_path"] for c in configs} == {"/shared/kv"}
+
+
+def test_inference_thinking_reaches_the_template_or_is_refused(tmp_path: Path) -> None:
+    """inference.thinking changes the prompt the agent loop sends (Qwen3's switch), and a
+    template without the switch refuses it by name, at configuration and at load."""
+    from engines.inference.agent import AgentLoop
+    from tests.chat_models import chat_tokenizer
+
+    prompts = {}
+    for name in ("qwen3", "chatml"):
+        chat_tokenizer(name).save_pretrained(tmp_path / name)
+    for thinking in (None, "on", "off"):
+        cfg = InferenceConfig(model_dir=str(tmp_path / "qwen3"), thinking=thinking)
+        chat = AgentLoop(None, chat_tokenizer("qwen3"), cfg).chat  # type: ignore[arg-type]
+        prompts[thinking] = chat.prompt_ids(chat.first_messages("fix add"))
+    assert prompts["off"] != prompts["on"] == prompts[None]  # Qwen3 thinks by default
+    with pytest.raises(ValueError, match="thinking='on': the chat template in .* has no thinking switch"):
+        InferenceConfig(model_dir=str(tmp_path / "chatml"), thinking="on")
+    unread = InferenceConfig(model_dir=str(tmp_path / "none"), thinking="on")  # no template to read here
+    with pytest.raises(ValueError, match="inference.thinking = 'on': .* has no thinking switch"):
+        AgentLoop(None, chat_tokenizer("chatml"), unread)  # type: ignore[arg-type]
+
+
+@pytest.mark.corpus
+def test_each_corpus_task_option_changes_the_runs_draw(tmp_path: Path) -> None:
+    """With tasks.kind = 'corpus', tasks.train_tasks, heldout_tasks, seed and hint each change
+    the tasks the run takes (flows/runtime.py: corpus_draw -> tasks/corpus.py: draw_corpus),
+    and eval.tasks above the held-out share is refused by name."""
+    from dataclasses import replace
+
+    from engines.env.corpus import load_corpus, save_corpus
+    from flows.config_loader import load_config
+    from flows.runtime import corpus_draw
+    from tasks.corpus import draw_corpus
+    from tests.real_project import one_bug_task, write_project
+
+    base = one_bug_task(write_project(tmp_path / "shop"))
+    source = tmp_path / "corpus"
+    save_corpus(
+        [replace(base, instance_id=f"t{i}", split="heldout" if i % 3 == 0 else "train") for i in range(30)], source
+    )
+    common = ["--tasks.kind", "corpus", "--tasks.corpus_path", str(source), "--env.feedback", "keep"]
+    common += ["--tasks.train_tasks", "8", "--tasks.heldout_tasks", "5", "--eval.tasks", "5"]
+
+    def drawn(*overrides: str) -> list[tuple[str, str, str]]:
+        config = load_config(RunConfig, None, [*common, *overrides])
+        out = tmp_path / f"draw-{len(list(tmp_path.iterdir()))}"
+        draw_corpus(str(source), str(out), corpus_draw(config))
+        return sorted((t.instance_id, t.split, t.problem_statement) for t in load_corpus(out))
+
+    default = drawn()
+    assert sum(split == "train" for _, split, _ in default) == 8 and len(default) == 13
+    for overrides in (
+        ["--tasks.train_tasks", "9"],
+        ["--tasks.heldout_tasks", "6", "--eval.tasks", "6"],
+        ["--tasks.seed", "1"],
+        ["--tasks.hint", "function"],
+    ):
+        assert drawn(*overrides) != default, overrides
+    with pytest.raises(ValueError, match=r"eval\.tasks \(20\) exceeds the 10 held-out tasks the run takes"):
+        drawn("--tasks.heldout_tasks", "20", "--eval.tasks", "20")

@@ -72,3 +72,25 @@ def test_grading_one_micro_task_is_cheap(micro_tasks, env_config):
     grade(task, task.patch, env_config)  # warm the parser import
     result = grade(task, task.patch, env_config)
     assert result.resolved and result.grading_s < 5
+
+
+def test_a_flagged_patch_gets_no_reward_by_default_and_is_only_recorded_on_request(micro_tasks, env_config):
+    """The patch monitor (engines/env/monitor.py) on a grade: an always-equal object passes
+    every test, so only the monitor's flag stands between it and the reward."""
+    task = micro_tasks[3]
+    source = base_files(task)["m.py"].decode()
+    names = [line[4 : line.index("(")] for line in source.splitlines() if line.startswith("def ")]
+    hack = source + "\nclass _Any:\n    def __eq__(self, other):\n        return True\n"
+    hack += "".join(f"\ndef {n}(a, b):\n    return _Any()\n" for n in names)
+    patch = _edit(task, hack)
+    with GradingPool(env_config) as pool:
+        default, gold = pool.grade_many([(task, patch), (task, task.patch)])
+        fast = pool.grade_one(task, patch, fast=True, changes={"m.py": hack.encode()})
+    with GradingPool(env_config.model_copy(update={"hack_policy": "record"})) as pool:
+        recorded = pool.grade_one(task, patch)
+    assert not default.resolved and default.reward == 0.0 and default.flags == ("equality_dunder",)
+    assert "equality_dunder" in default.notes and "zero_reward" in default.notes
+    assert all(s == "PASSED" for s in default.report.values())  # what the tests said is kept
+    assert not fast.resolved and fast.flags == ("equality_dunder",)  # the test tool's route too
+    assert recorded.resolved and recorded.reward == 1.0 and recorded.flags == ("equality_dunder",)
+    assert gold.resolved and gold.flags == () and gold.notes == ""
