@@ -34,6 +34,7 @@ from tasks.training import (
     create_model,
     demonstrations,
     fine_tune,
+    fit_demonstrations,
     initial_dir,
     publish,
     repository_demonstrations,
@@ -81,6 +82,8 @@ def build(config: RunConfig, train: list[Task], out: str, store: Store | None = 
             sft.demonstrations,
         )
     init = create_model(initial_dir(work_dir(config)), quote(demos), config.model.tiny, quote(code))
+    if config.tasks.kind == "corpus":  # real code runs long: measured with the tokenizer just trained
+        demos = fit_demonstrations(init, quote(demos), config.trainer.seq_len)
     return fine_tune(init, quote(demos), out, config.trainer, store)
 
 

@@ -17,6 +17,8 @@ from engines.env.micro_demos import oracle_messages, warm_start_demonstrations
 from engines.env.repo_demos import pool_tester, repo_demonstrations
 from engines.env.types import Task
 from engines.model import hub
+from engines.model.chat_format import ChatFormat
+from engines.model.load import load_tokenizer
 from engines.model.tiny import TinyModelConfig, create_tiny_model
 from engines.protocol import render_messages
 from engines.trainer.config import TrainerConfig
@@ -58,6 +60,26 @@ def repository_demonstrations(tasks: list[Task], attempts: int, seed: int, env: 
         )
     say(f"[sft] {len(demos)} demonstrations from {len(tasks)} repository tasks")
     return demos
+
+
+@task(name="fit-demonstrations", cache_policy=NO_CACHE)
+def fit_demonstrations(model_dir: str, conversations: list[list[dict]], seq_len: int) -> list[list[dict]]:
+    """The demonstrations that fit `seq_len` tokens of the model's tokenizer, and one line
+    with their measured lengths (what trainer.seq_len and the served context must hold)."""
+    chat = ChatFormat.from_tokenizer(load_tokenizer(model_dir), model_dir)
+    lengths = [len(chat.conversation(c)[0]) for c in conversations]
+    kept = [c for c, n in zip(conversations, lengths) if n <= seq_len]
+    ranked = sorted(lengths)
+    say(
+        f"[sft] demonstration tokens: median {ranked[len(ranked) // 2]}, 95th percentile "
+        f"{ranked[int(0.95 * (len(ranked) - 1))]}, max {ranked[-1]}; {len(conversations) - len(kept)} of "
+        f"{len(conversations)} longer than trainer.seq_len = {seq_len} left out"
+    )
+    if not kept:
+        raise ValueError(
+            f"no demonstration fits trainer.seq_len = {seq_len}: raise it (and model.tiny.max_position_embeddings)"
+        )
+    return kept
 
 
 @task(name="create-tiny-model", cache_policy=NO_CACHE)
