@@ -8,13 +8,16 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from engines.env.builder import BuildConfig, build_corpus
+from engines.env.builder import BuildConfig, project_tasks_for
 from engines.env.sources import project_source
+from tasks.progress import say
 
 
 @task(name="build-project", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=10)
 def build_project(config: BuildConfig, project: str, out_dir: str) -> dict:
-    """Build `project` into `out_dir/<project>`; returns its report as a small dict."""
-    name = project_source(project).name
-    _, reports = build_corpus(config.model_copy(update={"projects": [project]}), Path(out_dir) / name)
-    return asdict(reports[0])
+    """Build `project` into the corpus folder `out_dir` (its snapshot and its manifest
+    under projects/; reused when an earlier run finished it with the same key, copied
+    from the content cache when cached there); returns its report as a small dict.
+    A retry after a crash starts the project again: only finished projects are kept."""
+    _, report = project_tasks_for(project_source(project), Path(out_dir), config, log=say)
+    return {**asdict(report), "s_per_mutant": report.s_per_mutant, "s_per_task": report.s_per_task}

@@ -70,6 +70,62 @@ def mutations(text: str) -> list[Mutation]:
     return sorted(set(out), key=lambda m: (m.start, m.kind, m.replacement))
 
 
+def enclosing_name(text: str, line: int) -> str | None:
+    """Qualified name of the innermost function or class around 1-based `line` of `text`
+    (`Class.method`, `outer.inner`), or None at module level or when `text` does not
+    parse. A hint may name where the bug is without giving the fix; it is computed on
+    the original source, whose line numbers the mutant shares.
+    Decorator lines count as part of the definition they decorate."""
+    try:
+        tree = parse_module(text)
+    except SyntaxError:
+        return None
+    names: list[str] = []
+    node = _scope_at(tree, line)
+    while node is not None:
+        names.append(node.name)
+        node = _scope_at(node, line)
+    return ".".join(names) or None
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def function_starts(text: str) -> list[int | None]:
+    """For each line of `text` (index = line - 1), the first line of the innermost
+    function whose definition holds it (its first decorator's line, as `co_firstlineno`
+    gives it), or None outside every function; [] when `text` does not parse. The code of
+    that function must run for a mutation on the line to change anything (builder.py
+    skips mutants of functions the suite never calls). One parse per file."""
+    try:
+        tree = parse_module(text)
+    except SyntaxError:
+        return []
+    lines: list[int | None] = [None] * (text.count("\n") + 1)
+    # ast.walk goes outer before inner, so an inner function overwrites its lines last.
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            for i in range(first - 1, node.end_lineno or node.lineno):
+                lines[i] = first
+    return lines
+
+
+def _scope_at(scope: ast.AST, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | None:
+    """The definition around `line` directly below `scope`, possibly inside compound
+    statements (if, for, with, try), without looking into other definitions."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _SCOPES):
+            decorators = [d.lineno for d in node.decorator_list]
+            if min([node.lineno, *decorators]) <= line <= (node.end_lineno or node.lineno):
+                return node
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return None
+
+
 def _walk_body(func: ast.AST) -> Iterator[ast.AST]:
     yield func  # its own body: statements that may be removed
     for stmt in func.body:

@@ -55,3 +55,45 @@ def test_examples_of_each_kind():
 def test_module_level_code_and_unparsable_files_are_left_alone():
     assert mutations("X = 1 + 2\n") == []
     assert mutations("def broken(:\n") == []
+
+
+NESTED = """import functools
+
+X = 1
+
+
+class Box:
+    size = 2
+
+    @functools.cache
+    def grow(self, n):
+        def helper(k):
+            return k + 1
+
+        return helper(n) * self.size
+
+    if True:
+        def maybe(self):
+            return 3
+
+
+async def fetch():
+    return 4
+"""
+
+
+def test_enclosing_name_is_the_innermost_qualified_scope():
+    from engines.env.mutations import enclosing_name
+
+    lines = NESTED.splitlines()
+    at = lambda text: lines.index(text) + 1  # noqa: E731
+    assert enclosing_name(NESTED, at("X = 1")) is None  # module level
+    assert enclosing_name(NESTED, at("    size = 2")) == "Box"
+    assert enclosing_name(NESTED, at("    @functools.cache")) == "Box.grow"  # a decorator belongs to its def
+    assert enclosing_name(NESTED, at("            return k + 1")) == "Box.grow.helper"
+    assert enclosing_name(NESTED, at("        return helper(n) * self.size")) == "Box.grow"
+    assert enclosing_name(NESTED, at("            return 3")) == "Box.maybe"  # inside an if of the class body
+    assert enclosing_name(NESTED, at("    return 4")) == "fetch"
+    assert enclosing_name("def broken(:\n", 1) is None
+    # every mutation of the sample lies inside a named function
+    assert {enclosing_name(SOURCE, m.line) for m in mutations(SOURCE)} == {"f", "g"}
