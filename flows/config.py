@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import secrets
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from engines.env.builder import BuildConfig
 from engines.env.config import EnvConfig
 from engines.env.micro import DemonstrationKind, EditTool
 from engines.env.selection import Hint
@@ -47,6 +48,32 @@ class ModelConfig(BaseModel):
     )
 
 
+def _build_field(name: str, **kwargs) -> Any:
+    """A field of CorpusBuild with BuildConfig's own default and description (one owner)."""
+    field = BuildConfig.model_fields[name]
+    default = {"default_factory": field.default_factory} if field.default_factory else {"default": field.default}
+    return Field(**default, description=field.description, **kwargs)
+
+
+class CorpusBuild(BaseModel):
+    """How a corpus run builds its corpus when tasks.corpus_path holds none yet
+    (engines/env/builder.py: resumable, cached by content, so a second run reuses it).
+    The sandbox settings are the run's `env`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    projects: list[str] = _build_field("projects")
+    tasks_per_project: int = _build_field("tasks_per_project", ge=1)
+    max_mutants_per_project: int = _build_field("max_mutants_per_project", ge=1)
+    heldout_projects: list[str] = _build_field("heldout_projects")
+    heldout_fraction: float = _build_field("heldout_fraction", ge=0, le=1)
+    seed: int = _build_field("seed")
+
+    def build_config(self, env: EnvConfig) -> BuildConfig:
+        """The builder's configuration: these keys, the run's sandbox settings."""
+        return BuildConfig(**self.model_dump(), env=EnvConfig.model_validate(env.model_dump()))
+
+
 class TaskSetConfig(BaseModel):
     """Where the run's tasks come from."""
 
@@ -76,6 +103,11 @@ class TaskSetConfig(BaseModel):
         description="Seed of the micro-task generator (train uses seed, held-out seed + 1), or of the draw from a "
         "corpus (engines/env/selection.py).",
     )
+    build: CorpusBuild | None = Field(
+        None,
+        description="Build the corpus at corpus_path first when it holds none (kind = corpus): which projects and how "
+        "many tasks each. None: the corpus must exist (`tandem tasks build`).",
+    )
     hint: Hint = Field(
         "tests",
         description="What a corpus task's problem statement says (engines/env/selection.py): 'tests' the failing "
@@ -88,6 +120,10 @@ class TaskSetConfig(BaseModel):
         if self.kind == "corpus" and not self.corpus_path:
             raise ValueError(
                 "tasks.corpus_path: required when tasks.kind = 'corpus' (build one with `tandem tasks build`)"
+            )
+        if self.kind == "micro" and self.build is not None:
+            raise ValueError(
+                "tasks.build: micro tasks are generated, not built; remove tasks.build or set tasks.kind = 'corpus'"
             )
         if self.kind == "micro" and self.hint != "tests":
             raise ValueError(
@@ -267,6 +303,13 @@ class RunSFTConfig(SFTConfig):
         "random order until the tests pass or env.edit_attempts run out, every attempt trained: the tools and the "
         "edit form, not the fixes; needs env.edit_attempts >= 1).",
     )
+    demonstrations_per_task: int = Field(
+        1,
+        ge=1,
+        description="Demonstrations of each repository task (tasks.kind = corpus), each trying the candidates in its "
+        "own order: a corpus of a few hundred tasks gives few demonstrations otherwise. Micro runs write one per "
+        "task (4,000 tasks): refused there.",
+    )
     cache: bool = Field(
         True,
         description="Reuse a warm start made of the same inputs (tasks, demonstration and SFT settings, model shape, "
@@ -417,6 +460,11 @@ class RunConfig(BaseModel):
             raise ValueError(
                 f"retention.keep_last ({self.retention.keep_last}) is below rl.async_level + 1 ({needed}): rollouts may "
                 "still be generated with the versions it would delete; raise it or leave it unset"
+            )
+        if self.tasks.kind == "micro" and self.trainer.sft.demonstrations_per_task != 1:
+            raise ValueError(
+                "trainer.sft.demonstrations_per_task applies to repository tasks (tasks.kind = 'corpus'); micro runs "
+                "write one demonstration per generated task: remove the key, or raise tasks.train_tasks"
             )
         if self.trainer.sft.demonstrations == "candidates" and not self.env.edit_attempts:
             raise ValueError(

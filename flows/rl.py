@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 from prefect import flow
 
-from engines.env.corpus import load_corpus
+from engines.env.corpus import TASKS_FILE, load_corpus
 from engines.staleness import check_bound
 from flows.artifacts import publish_step_artifacts, publish_summary
+from flows.build_tasks import build_tasks
 from flows.comparison import group_rows, heldout_comparison, heldout_groups
 from flows.config import RunConfig
 from flows.lane_process import TrainerProcess
@@ -83,6 +85,8 @@ async def _lanes_here(config: RunConfig, corpus: str, v0: str) -> dict[str, Any]
 
 def _prepare_tasks(config: RunConfig, store, corpus_dir: str) -> str:
     t = config.tasks
+    if t.kind == "corpus" and t.build is not None and not (Path(t.corpus_path) / TASKS_FILE).is_file():
+        build_tasks(t.corpus_path, t.build.build_config(config.env))  # resumable and cached by content
     if t.kind == "corpus":
         return use_corpus(store, config.run, t.corpus_path, corpus_dir, corpus_draw(config))
     return prepare_micro_corpus(store, config.run, corpus_dir, t.train_tasks, t.heldout_tasks, t.seed)

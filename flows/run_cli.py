@@ -97,6 +97,11 @@ def run_command(
         f"[tandem] run {cfg.run} finished: pass@1 {summary['pass@1 before RL (warm start)']:.3f} -> "
         f"{summary['pass@1 after RL']:.3f} ({gain:+.1f} points) in {summary['wall minutes']} min"
     )
+    if "p-value (exact McNemar, paired)" in summary:
+        typer.echo(f"[tandem]   paired McNemar p {summary['p-value (exact McNemar, paired)']}: {summary['verdict']}")
+    for key, value in summary.items():  # a corpus run's held-out projects and tasks, apart (flows/comparison.py)
+        if key.startswith(("pass@1 on ", "p-value on ")):
+            typer.echo(f"[tandem]   {key}: {value}")
 
 
 def prefect_setup_command() -> None:

@@ -70,7 +70,9 @@ def build(config: RunConfig, train: list[Task], out: str, store: Store | None = 
     sft = config.trainer.sft
     code: list[str] = []
     if config.tasks.kind == "corpus":
-        demos = repository_demonstrations(quote(train), config.env.edit_attempts, config.tasks.seed, config.env)
+        demos = repository_demonstrations(
+            quote(train), config.env.edit_attempts, config.tasks.seed, config.env, sft.demonstrations_per_task
+        )
         code = source_texts(train)
     else:
         demos = demonstrations(

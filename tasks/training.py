@@ -48,11 +48,13 @@ def demonstrations(
 
 
 @task(name="repository-demonstrations", cache_policy=NO_CACHE)
-def repository_demonstrations(tasks: list[Task], attempts: int, seed: int, env: EnvConfig) -> list[list[dict]]:
+def repository_demonstrations(
+    tasks: list[Task], attempts: int, seed: int, env: EnvConfig, per_task: int = 1
+) -> list[list[dict]]:
     """Episodes of the candidate demonstrator on tasks from real repositories, each tried
     candidate's verdict from the task's own tests in the grading pool (engines/env/repo_demos.py)."""
     with GradingPool(env) as pool:
-        demos = repo_demonstrations(tasks, attempts, seed, pool_tester(pool), env.view_lines)
+        demos = repo_demonstrations(tasks, attempts, seed, pool_tester(pool), env.view_lines, per_task)
     if not demos:
         raise ValueError(
             f"none of the {len(tasks)} training tasks has a fix among the candidate demonstrator's edits (a removed "

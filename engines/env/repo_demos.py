@@ -126,22 +126,26 @@ def demonstration(
 
 
 def repo_demonstrations(
-    tasks: Sequence[Task], attempts: int, seed: int, tester: PatchTester, view_lines: int = 60
+    tasks: Sequence[Task], attempts: int, seed: int, tester: PatchTester, view_lines: int = 60, per_task: int = 1
 ) -> list[list[dict]]:
-    """One demonstration per task that has a plan (`plan`), candidates in an order drawn by
-    `seed`; the candidates tried are all tested in one call of `tester`."""
+    """`per_task` demonstrations of each task that has a plan (`plan`), each with its own
+    candidate order drawn by `seed` (a small corpus gives more than one order of the same
+    candidates); the candidates tried are all tested in one call of `tester`, each
+    distinct (task, candidate) once."""
     rng = random.Random(seed)
     work = []
     for task in tasks:
         p = plan(task)
-        if p is not None:
+        for _ in range(per_task if p is not None else 0):
             order = list(p.candidates)
             rng.shuffle(order)
             work.append((task, p, order[: max(1, attempts)]))
-    verdicts = iter(tester([(task, c.patch) for task, _, order in work for c in order]))
+    distinct = list(dict.fromkeys((task.instance_id, c.patch) for task, _, order in work for c in order))
+    by_id = {task.instance_id: task for task, _, _ in work}
+    verdict = dict(zip(distinct, tester([(by_id[i], patch) for i, patch in distinct])))
     demos = []
     for task, p, order in work:
-        statuses = [next(verdicts) for _ in order]
+        statuses = [verdict[(task.instance_id, c.patch)] for c in order]
         if all(s is not None for s in statuses):
             demos.append(demonstration(task, p, order, statuses, max(1, attempts), view_lines))
     return demos

@@ -1,30 +1,32 @@
-"""A 2-step `tandem run` on tasks built from a real project (tinydb, the suite's shared
-real corpus) with the tiny model and no model.path: the run draws its tasks with the
-function hint, warm-starts on the repository candidate demonstrator (its verdicts from
-tinydb's own tests in the sandbox), serves the warm start on vLLM with a 2,048-token
-context, plays episodes in the repository protocol (kept feedback), trains two steps
-and evaluates before and after. The same path `configs/repos.toml` takes, scaled down."""
+"""A 2-step `tandem run` on tasks from real projects with the tiny model and no model.path:
+the run builds its corpus first (`tasks.build`: tinydb's pinned sdist for training, a
+small project folder held out whole), draws its tasks with the function hint,
+warm-starts on the repository candidate demonstrator (its verdicts from tinydb's own
+tests in the sandbox), serves the warm start on vLLM with a 2,048-token context, plays
+episodes in the repository protocol (kept feedback), trains two steps and evaluates
+the held-out project before and after. The path `configs/repos.toml` takes, scaled down."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from engines.env.corpus import load_corpus, save_corpus
+from engines.env.corpus import load_corpus
+from engines.env.splits import heldout_kind
 from storage import checkpoints
 from storage.fs import open_store
 from storage.query import connect
+from tests.real_project import write_project
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.prefect, pytest.mark.vllm, pytest.mark.sandbox]
 
 
-def _config(root: Path, corpus: Path) -> str:
+def _config(root: Path, corpus: Path, held_out: Path) -> str:
     return f"""
 run = "repos"
 [storage]
@@ -36,6 +38,12 @@ kind = "corpus"
 corpus_path = "{corpus}"
 heldout_tasks = 1
 hint = "function"
+[tasks.build]
+projects = ["tinydb", "{held_out}"]
+tasks_per_project = 3
+max_mutants_per_project = 24
+heldout_projects = ["{held_out.name}"]
+heldout_fraction = 0.0
 [env]
 edit_attempts = 2
 feedback = "keep"
@@ -71,15 +79,10 @@ samples = 1
 """
 
 
-def test_a_two_step_run_on_a_real_project_corpus_reaches_v2(
-    real_corpus: Path, tmp_path: Path, prefect_server: dict[str, str]
-) -> None:
-    tasks = load_corpus(real_corpus)
-    assert len(tasks) >= 3
-    corpus = tmp_path / "corpus"  # the last task held out, the others trained on
-    save_corpus([replace(t, split="heldout" if i == len(tasks) - 1 else "train") for i, t in enumerate(tasks)], corpus)
-    root, config = tmp_path / "lake", tmp_path / "repos.toml"
-    config.write_text(_config(root, corpus))
+def test_a_two_step_run_builds_its_corpus_and_reaches_v2(tmp_path: Path, prefect_server: dict[str, str]) -> None:
+    held_out = write_project(tmp_path / "shop")
+    root, config, corpus = tmp_path / "lake", tmp_path / "repos.toml", tmp_path / "corpus"
+    config.write_text(_config(root, corpus, held_out))
     env = {**os.environ, **prefect_server, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "flows.cli", "run", "--config", str(config)],
@@ -92,6 +95,10 @@ def test_a_two_step_run_on_a_real_project_corpus_reaches_v2(
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert "[tandem] run repos finished" in output and "(hint: function)" in output
+    built = load_corpus(corpus)
+    assert {t.repo for t in built if t.split == "train"} == {"tinydb"}
+    assert {(t.repo, heldout_kind(t)) for t in built if t.split == "heldout"} == {("shop", "project")}
+    assert "pass@1 on held-out projects before / after (1 tasks)" in output
     store = open_store(str(root))
     assert checkpoints.latest(store, "repos").version == 2
     lake = connect(store, run="repos")

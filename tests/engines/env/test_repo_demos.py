@@ -44,6 +44,8 @@ def test_a_demonstration_shows_what_a_session_shows(project: Path, env_config: E
     config = env_config.model_copy(update={"edit_attempts": 3, "feedback": "keep", "scratch_dir": str(tmp_path)})
     with GradingPool(config) as pool:
         demos = [repo_demonstrations([task], 3, seed, pool_tester(pool), config.view_lines)[0] for seed in range(4)]
+        several = repo_demonstrations([task], 3, 0, pool_tester(pool), config.view_lines, per_task=4)
+        assert len(several) == 4 and len({str(d) for d in several}) > 1  # each its own order
         for demo in demos:
             assert demo[0] == {"role": "user", "content": task.problem_statement}
             assert demo[1]["content"] == f"view {SOURCE} Prices.total"
