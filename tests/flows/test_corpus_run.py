@@ -8,9 +8,6 @@ the held-out project before and after. The path `configs/repos.toml` takes, scal
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,9 +17,9 @@ from engines.env.splits import heldout_kind
 from storage import checkpoints
 from storage.fs import open_store
 from storage.query import connect
+from tests.flows.tandem_cli import run_tandem
 from tests.real_project import write_project
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.prefect, pytest.mark.vllm, pytest.mark.sandbox]
 
 
@@ -83,17 +80,7 @@ def test_a_two_step_run_builds_its_corpus_and_reaches_v2(tmp_path: Path, prefect
     held_out = write_project(tmp_path / "shop")
     root, config, corpus = tmp_path / "lake", tmp_path / "repos.toml", tmp_path / "corpus"
     config.write_text(_config(root, corpus, held_out))
-    env = {**os.environ, **prefect_server, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "run", "--config", str(config)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-4000:]
+    output = run_tandem(config, prefect_server)
     assert "[tandem] run repos finished" in output and "(hint: function)" in output
     built = load_corpus(corpus)
     assert {t.repo for t in built if t.split == "train"} == {"tinydb"}

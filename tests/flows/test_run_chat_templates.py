@@ -8,9 +8,6 @@ checked there with `check_chat_run`: one run fewer in the suite."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +16,8 @@ from storage import checkpoints
 from storage.fs import open_store
 from storage.query import connect
 from tests.chat_models import FAMILIES, TRACKED_FAMILY, build_chat_model
+from tests.flows.tandem_cli import run_tandem
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.prefect, pytest.mark.vllm, pytest.mark.sandbox, pytest.mark.chat_template]
 
 
@@ -66,14 +63,5 @@ def test_a_two_step_run_from_a_model_with_its_own_chat_template(
     root, config = tmp_path / "lake", tmp_path / "run.toml"
     config.write_text(_config(root, model_dir))
     # The suite's Prefect server (a run's own embedded server is tested by test_run_faults).
-    env = {**os.environ, **prefect_server, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "run", "--config", str(config)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    check_chat_run(done.stdout + done.stderr, root, "chat", name)
+    output = run_tandem(config, prefect_server)
+    check_chat_run(output, root, "chat", name)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import struct
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from flows.trackers import EVALUATION_TABLE
 from storage.fs import open_store
 from storage.query import connect
 from tests.chat_models import TRACKED_FAMILY, build_chat_model
+from tests.flows.tandem_cli import run_tandem
 from tests.flows.test_run_chat_templates import check_chat_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,18 +119,7 @@ def tracked_run(tmp_path_factory: pytest.TempPathFactory, prefect_server: dict[s
     tmp = tmp_path_factory.mktemp("trackers")
     root, config = tmp / "lake", tmp / "run.toml"
     config.write_text(_config(root, build_chat_model(TRACKED_FAMILY, tmp / TRACKED_FAMILY)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "WANDB_", "MLFLOW_"))}
-    env |= {**prefect_server, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}  # the suite's Prefect server
-    done = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "run", "--config", str(config)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-4000:]
+    output = run_tandem(config, prefect_server, timeout=1200, clean_env=True)  # the suite's Prefect server
     lake = connect(open_store(str(root)), RUN)
     steps = lake.sql("SELECT * FROM steps ORDER BY step").to_arrow_table().to_pylist()
     greedy = dict(
