@@ -12,11 +12,11 @@ from engines import handoff
 from engines.env.grader import GradingPool
 from engines.env.types import Task
 from engines.inference.agent import AgentLoop
-from engines.inference.prompt_fit import check_prompts_fit
 from engines.inference.server_pool import ServerPool
 from engines.model.chat_format import ChatFormat
 from engines.model.load import load_tokenizer
 from engines.rollout.lane import RolloutLane, RolloutSettings
+from engines.rollout.prompt_fit import check_prompts_fit
 from engines.rollout.weight_cache import WeightCache
 from engines.tool_calls import TOOL_SCHEMAS
 from engines.trainer.lane import LaneConfig

@@ -1,4 +1,6 @@
 """The rollout lane (lane.py: RolloutLane): sample tasks, run agent episodes on the
 server pool, grade their patches in the sandbox, and turn the result into rows of
-the `rollouts` table; the step's episode metrics (metrics.py). Plain Python; the
+the `rollouts` table; the step's episode metrics (metrics.py); every task's first
+prompt checked against the episode's token budget before a server starts
+(prompt_fit.py). Plain Python; the
 Prefect tasks in `tasks/rollout.py` wrap the lane's methods."""

@@ -45,7 +45,7 @@ def tandem_sft(model_dir: Path, out: Path, *extra: str, steps: int = 20) -> Resu
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_tandem_sft_trains_in_the_models_own_template(name: str, tmp_path: Path) -> None:
     out = tmp_path / "sft"
-    result = tandem_sft(build_chat_model(name, tmp_path / name), out, "--seq_len", "320", steps=30)
+    result = tandem_sft(build_chat_model(name, tmp_path / name), out, "--seq_len", "400", steps=30)
     assert result.exit_code == 0, result.output
     losses = [float(x) for x in re.findall(r"\[sft\] step \d+ loss ([0-9.]+)", result.output)]
     assert len(losses) >= 3 and losses[-1] < 0.5 * losses[0], result.output

@@ -16,8 +16,8 @@ from engines.env.config import EnvConfig
 from engines.env.grader import grade
 from engines.env.session import EnvSession
 from engines.inference.agent import AgentLoop, EpisodeRequest
-from engines.inference.prompt_fit import check_prompts_fit, prompt_lengths
 from engines.model.chat_format import ChatFormat
+from engines.rollout.prompt_fit import check_prompts_fit, prompt_lengths
 from tests.engines.inference.conftest import small_config
 from tests.engines.inference.scripted_generator import ScriptedGenerator
 from tests.real_project import ADD_BUG, SOURCE, TOTAL_BUG, two_edit_task, write_project
