@@ -502,6 +502,12 @@ class RunConfig(BaseModel):
                 "writes micro tasks only; repository tasks warm-start on the candidate demonstrator. Use "
                 "'candidates', or set model.path"
             )
+        if sft.failed_attempt_share != RunSFTConfig().failed_attempt_share:
+            raise ValueError(
+                f"trainer.sft.failed_attempt_share = {sft.failed_attempt_share} with tasks.kind = 'corpus': it shapes "
+                "the micro oracle's demonstrations only; repository demonstrations show every candidate tried. "
+                "Remove the key"
+            )
         if sft.edit_tool != RunSFTConfig().edit_tool:
             raise ValueError(
                 f"trainer.sft.edit_tool = {sft.edit_tool!r} with tasks.kind = 'corpus': repository demonstrations are "

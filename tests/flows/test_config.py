@@ -44,6 +44,11 @@ from flows.config_loader import ConfigError, load_config
             "trainer.sft.edit_tool",
         ),
         (["--tasks.hint", "function"], "tasks.hint"),
+        (
+            ["--tasks.kind", "corpus", "--tasks.corpus_path", "c/", "--env.feedback", "keep"]
+            + ["--trainer.sft.failed_attempt_share", "0.2"],
+            "trainer.sft.failed_attempt_share",
+        ),
         (["--trainer.seq_len", "2048", "--inference.max_model_len", "2048"], "model.tiny.max_position_embeddings"),
         (["--eval.tasks", "600"], "eval.tasks"),
         (["--inference.sampling.temperature", "1.0"], "trainer.temperature"),
