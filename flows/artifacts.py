@@ -28,6 +28,7 @@ STEP_COLUMNS = [
     "policy_version",
     "reward_mean",
     "pass_rate",
+    "hack_rate",
     "staleness_max",
     "completion_tokens",
     "generation_s",

@@ -89,10 +89,12 @@ async def _run_steps(lane: RolloutLane, config: RunConfig, sink: MetricsSink | N
 
 
 def step_line(m: dict[str, Any]) -> str:
-    """A rollout step's metrics on one line (no reward when every episode failed in the harness)."""
+    """A rollout step's metrics on one line (no reward when every episode failed in the
+    harness; the hack rate only when an episode was flagged, so it stands out)."""
     number = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    hacks = f" hack={m['hack_rate']:.3f}" if m.get("hack_rate") else ""
     return (
-        f"v{m['policy_version']} reward={number(m['reward_mean'])} pass={number(m['pass_rate'])} "
+        f"v{m['policy_version']} reward={number(m['reward_mean'])} pass={number(m['pass_rate'])}{hacks} "
         f"gen={m['generation_s']:.1f}s grade={m['grading_s']:.1f}s update={m['weight_update_s']:.1f}s "
         f"wait={m['wait_s']:.1f}s tokens={m['completion_tokens']}"
     )

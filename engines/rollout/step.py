@@ -10,6 +10,8 @@ Invariants (tested in tests/engines/rollout/):
   was never asked or never answered) is an error naming what its episodes ended on,
   not a step trained on nothing; a step in which no episode made a valid action is
   written, with a warning line and `valid_action_share` 0.0 in its metrics.
+- A step whose hack rate (engines/rollout/metrics.py) is above env.hack_rate_warn is
+  written with a warning line naming the rules flagged most.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from engines.env.types import GradeResult, Task
 from engines.env.workspace import Files
 from engines.inference.agent import AgentLoop, EpisodeRequest
 from engines.inference.types import Episode
+from engines.rollout.metrics import graded_episodes, hack_rate, hack_rules
 from engines.rollout.records import episode_row, rollouts_table
 from engines.staleness import check_episodes
 
@@ -161,6 +164,7 @@ async def run_step(
     t2 = time.monotonic()
     staleness = check_episodes(step, async_level, [e.policy_versions for e in episodes])
     table = episodes_table(run, step, [by_id[e.task_id] for e in episodes], episodes, grades, valid)
+    warn_on_hack_rate(step, table, env.hack_rate_warn, env.hack_policy)
     return StepRollouts(table, t1 - t0, t2 - t1, staleness)
 
 
@@ -202,6 +206,32 @@ def warn_without_valid_actions(step: int, episodes: Sequence[Episode], valid: Se
         len(judged),
         turns,
         example,
+    )
+    return True
+
+
+def warn_on_hack_rate(step: int, table: pa.Table, threshold: float, policy: str) -> bool:
+    """Print a warning line when the step's hack rate is above `threshold`: a policy
+    learning to fool the tests shows a rising reward curve, so the rate has to be said
+    where the run is watched. Returns whether it warned."""
+    graded = graded_episodes(table)
+    rate = hack_rate(graded)
+    if rate is None or rate <= threshold:
+        return False
+    rules = ", ".join(f"{rule} x{n}" for rule, n in hack_rules(graded).most_common(3))
+    consequence = (
+        "Their reward is zero (env.hack_policy = 'zero_reward'), yet the policy keeps trying them"
+        if policy == "zero_reward"
+        else "They keep their reward (env.hack_policy = 'record'): the run is learning them"
+    )
+    log.warning(
+        "step %d: hack rate %.3f is above env.hack_rate_warn = %.3f; rules flagged most: %s. %s; the flagged "
+        "patches are in the rollouts table (hack_flags, patch)",
+        step,
+        rate,
+        threshold,
+        rules,
+        consequence,
     )
     return True
 

@@ -63,3 +63,23 @@ def test_rollout_and_trainer_steps_read_back_from_one_folder(tmp_path: Path) -> 
     assert [round(v, 5) for _, v in scalars["rollout/reward_mean"]] == [0.0, 0.1, 0.2]
     assert [v for _, v in scalars["trainer/loss"]] == [0.0, -0.5, -1.0]
     assert scalars["eval/after/pass_at_1"] == [(3, 0.25)]
+
+
+def test_a_rollout_steps_hack_rate_reaches_the_trackers(tmp_path: Path) -> None:
+    """The rollout lane logs episode_metrics as they are: a step's hack rate becomes
+    rollout/hack_rate; a step of shards that never recorded flags logs none."""
+    from engines.rollout.metrics import episode_metrics
+    from engines.rollout.records import rollouts_table
+
+    def step(flags: list[list[str] | None]) -> dict:
+        rows = [{"run_id": "r", "step": 0, "task_id": "t", "hack_flags": f} for f in flags]
+        return episode_metrics(rollouts_table(rows), 0)
+
+    cfg = load_config(RunConfig, None, ["--metrics.tensorboard_dir", str(tmp_path / "tb")])
+    sink = metrics_sink(cfg.metrics, "rollout", "r", tmp_path)
+    assert sink is not None
+    sink.log(0, step([["builtins"], [], [], []]), "rollout")
+    sink.log(1, step([[], []]), "rollout")
+    sink.log(2, step([None, None]), "rollout")
+    sink.close()
+    assert read_scalars(tmp_path / "tb")["rollout/hack_rate"] == [(0, 0.25), (1, 0.0)]

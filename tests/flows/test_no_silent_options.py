@@ -124,6 +124,15 @@ def test_every_config_field_is_read(name: str) -> None:
     )
 
 
+def test_the_hack_settings_are_read_where_they_act() -> None:
+    """env.hack_policy decides a flagged patch's grade and env.hack_rate_warn a step's
+    warning: each is one of RunConfig's fields and is read by the code that acts on it,
+    not merely somewhere in the project."""
+    assert {"env.hack_policy", "env.hack_rate_warn"} <= {key for key, _ in fields(RunConfig)}
+    assert "hack_policy" in project_reads(("engines/env/grader.py",))
+    assert "hack_rate_warn" in project_reads(("engines/rollout/step.py",))
+
+
 def test_the_sft_code_alone_does_not_read_the_rl_keys() -> None:
     """The narrower sources of `tandem sft` do tell read from unread: TrainerConfig's RL keys fail there."""
     from engines.trainer.config import TrainerConfig

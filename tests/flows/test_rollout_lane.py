@@ -35,3 +35,14 @@ def test_a_step_of_infra_failures_only_shows_no_reward():
     m = dict(policy_version=3, reward_mean=None, pass_rate=None, completion_tokens=0)
     m.update(generation_s=1.0, grading_s=0.0, weight_update_s=0.0, wait_s=0.0)
     assert step_line(m).startswith("v3 reward=n/a pass=n/a gen=1.0s")
+
+
+def test_the_step_line_shows_the_hack_rate_only_when_an_episode_was_flagged():
+    from flows.rollout_lane import step_line
+
+    m = dict(policy_version=3, reward_mean=0.5, pass_rate=0.25, completion_tokens=9)
+    m.update(generation_s=1.0, grading_s=0.0, weight_update_s=0.0, wait_s=0.0)
+    assert step_line({**m, "hack_rate": 0.125}).startswith("v3 reward=0.500 pass=0.250 hack=0.125 gen=1.0s")
+    for clean in (0.0, None):  # none flagged, or not recorded (shards before schema version 3)
+        assert "hack" not in step_line({**m, "hack_rate": clean})
+    assert "hack" not in step_line(m)
