@@ -6,67 +6,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+from tests.import_graph import circles
+from tests.import_graph import import_graph as source_graph
 
 
 def import_graph(package: str = "engines") -> dict[str, set[str]]:
     """module -> the modules of `package` it imports (a package counts as its __init__)."""
-    files = {_module_name(p): p for p in (ROOT / package).rglob("*.py")}
-    graph: dict[str, set[str]] = {}
-    for name, path in files.items():
-        targets: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                targets.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                base = node.module
-                if node.level:  # relative: resolved against this module's package
-                    pkg = name.split(".")[: len(name.split(".")) - node.level + (path.name == "__init__.py")]
-                    base = ".".join([*pkg, node.module])
-                targets.add(base)
-                targets.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in files)
-        graph[name] = {t for t in targets if t in files and t != name}
-    return graph
-
-
-def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
+    return source_graph((package,))
 
 
 def test_the_walk_sees_late_and_type_only_imports():

@@ -1,0 +1,116 @@
+"""The source's import graph, read with ast, and the rules it keeps: no import circle,
+and the layering (flows -> tasks -> engines -> storage; the trainer engine never
+imports the rollout engine; no generic env module imports the micro task family).
+
+Every import counts: at the top of a module, inside a function or under
+TYPE_CHECKING, so neither a circle nor a layering breach can hide behind a late import.
+The rules take a plain graph (module -> modules it imports), so a test can feed them
+a violating one."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Outermost first: a module may import its own layer or one further down, never up.
+LAYERS = ("benchmarks", "flows", "tasks", "engines", "storage")
+SOURCE = LAYERS
+Graph = dict[str, set[str]]
+Breach = tuple[str, str, str]  # (importer, imported, the rule it breaks)
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _targets(tree: ast.AST, name: str, is_package: bool, files: Iterable[str]) -> set[str]:
+    """The modules an already parsed module imports, relative imports resolved."""
+    known = set(files)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: against this module's package (a package is its own)
+                package = name.split(".")[: len(name.split(".")) - node.level + is_package]
+                base = ".".join([*package, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known)
+    return {t for t in found if t in known and t != name}
+
+
+def import_graph(packages: Iterable[str] = SOURCE, root: Path = ROOT) -> Graph:
+    """module -> the modules of `packages` it imports (a package counts as its __init__)."""
+    files = {module_name(p, root): p for package in packages for p in sorted((root / package).rglob("*.py"))}
+    return {
+        name: _targets(ast.parse(path.read_text(), str(path)), name, path.name == "__init__.py", files)
+        for name, path in files.items()
+    }
+
+
+def circles(graph: Graph) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _layer(module: str) -> int | None:
+    top = module.split(".")[0]
+    return LAYERS.index(top) if top in LAYERS else None
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def is_micro(module: str) -> bool:
+    """The micro task family: engines/env/micro*.py (the generator, its demonstrations)."""
+    return module.startswith("engines.env.micro")
+
+
+def breaches(graph: Graph) -> list[Breach]:
+    """Every import that breaks a layering rule, sorted."""
+    found: list[Breach] = []
+    for src, targets in graph.items():
+        for dst in targets:
+            low, high = _layer(src), _layer(dst)
+            if low is not None and high is not None and high < low:
+                found.append((src, dst, f"{LAYERS[low]} imports {LAYERS[high]}, a layer above it"))
+            if _in(src, "engines.trainer") and _in(dst, "engines.rollout"):
+                found.append((src, dst, "the trainer engine imports the rollout engine (lanes meet in the lake)"))
+            if _in(src, "engines.env") and not is_micro(src) and is_micro(dst):
+                found.append((src, dst, "a generic env module imports the micro task family"))
+    return sorted(found)
