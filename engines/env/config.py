@@ -14,17 +14,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
-# Set by scripts/setup.sh: the interpreter of an environment holding pytest and nothing
-# else (requirements/sandbox.txt).
-SANDBOX_PYTHON_ENV = "TANDEM_SANDBOX_PYTHON"
-
-
-def sandbox_python() -> str:
-    """The interpreter sandboxed tests run by default: the sandbox environment's, else
-    this process's (an installation without scripts/setup.sh)."""
-    return os.environ.get(SANDBOX_PYTHON_ENV) or sys.executable
-
-
 class SandboxLimits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -78,10 +67,8 @@ class EnvConfig(BaseModel):
         description="Where the cgroup filesystem is mounted (v2: the unified root; v1: the folder holding memory/ and pids/).",
     )
     python: str = Field(
-        default_factory=sandbox_python,
-        description="Python interpreter that runs tests inside the sandbox (its prefix is bound read-only). Default: "
-        f"${SANDBOX_PYTHON_ENV} (scripts/setup.sh's sandbox environment: pytest alone, so an episode cannot import "
-        "the orchestrator's packages), else this process's interpreter.",
+        default_factory=lambda: sys.executable,
+        description="Python interpreter that runs tests inside the sandbox (its prefix is bound read-only).",
     )
     workers: int = Field(
         0, ge=0, description="Grading workers; 0 = min(CPU cores, available memory / limits.memory_mb)."

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from engines.env.builder import test_command
 from engines.env.corpus import SNAPSHOTS, task_from_record
-from engines.env.config import sandbox_python
 from engines.env.deps import declared_requirements, ensure_deps
 from engines.env.errors import TaskError
 from engines.env.sources import project_source
@@ -34,7 +33,9 @@ def import_records(
     path: str | Path, out: str | Path, sources: dict[str, str], split: str = "train", python: str | None = None
 ) -> list[Task]:
     """Tasks of the JSONL file `path`, snapshots materialised under `out/snapshots/`."""
-    python = python or sandbox_python()
+    import sys
+
+    python = python or sys.executable
     out = Path(out).resolve()
     commands: dict[Path, tuple[str, list[str]]] = {}  # snapshot -> (test command, requirements), once each
     tasks = []
