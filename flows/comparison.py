@@ -67,6 +67,17 @@ def heldout_groups(evaluated: list[Task]) -> dict[str, list[str]]:
     }
 
 
+def format_p(p: float) -> str:
+    """A p-value as people read it: in scientific notation, since rounding to a few
+    decimals turns a p of 1e-16 into 0.0, which claims certainty no test gives."""
+    return f"{p:.2e}"
+
+
+def is_p_value(key: str) -> bool:
+    """Whether a summary row holds a p-value (the whole test set's or a group's)."""
+    return key.startswith("p-value")
+
+
 def _verdict(gain: float, p: float) -> str:
     direction = "gained" if gain > 0 else "lost" if gain < 0 else "did not change"
     if gain == 0:

@@ -118,7 +118,7 @@ async def _summarize(config: RunConfig, store, evals: dict, wall_s: float, corpu
         summary["wait for trainer s per step"] = round(sum(m["wait_s"] for m in done) / len(done), 2)
         summary["cpu busy share"] = evals["cpu_busy"]  # of all cores during the RL loop
     if steps:
-        await publish_step_artifacts(config.run, steps)
+        await publish_step_artifacts(config.run, steps, before.get("pass@1"), after.get("pass@1"))
     markdown = await publish_summary(config.run, store.display, summary)
     print(markdown)
     return summary

@@ -49,7 +49,7 @@ async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
         try:
             before = await _evaluation(lane, config, "before", 0, sink)
             loop_start, cpu_start = time.monotonic(), psutil.cpu_times()
-            steps = await _run_steps(lane, config, sink)
+            steps = await _run_steps(lane, config, sink, before.get("pass@1"))
             await load_final_policy(lane, config.rl.steps)  # the trainer's last publication
             await _retain(lane, config)
             loop_s = time.monotonic() - loop_start
@@ -69,7 +69,11 @@ def busy_share(start: tuple[float, ...], end: tuple[float, ...]) -> float:
     return round(1 - (idle(end) - idle(start)) / total, 3) if total > 0 else 0.0
 
 
-async def _run_steps(lane: RolloutLane, config: RunConfig, sink: MetricsSink | None) -> list[dict]:
+async def _run_steps(
+    lane: RolloutLane, config: RunConfig, sink: MetricsSink | None, before: float | None = None
+) -> list[dict]:
+    """Roll out every step not yet published; `before` (held-out greedy pass@1 before RL)
+    is marked on the curve published after each step."""
     results = []
     for step in range(config.rl.steps):
         if lane.is_published(step):
@@ -83,7 +87,7 @@ async def _run_steps(lane: RolloutLane, config: RunConfig, sink: MetricsSink | N
         if sink is not None:
             sink.log(step, metrics, "rollout")
         say(f"[rollout] step {step + 1}/{config.rl.steps} " + step_line(metrics))
-        await publish_step_artifacts(config.run, results)  # watchable in the UI as the run goes
+        await publish_step_artifacts(config.run, results, before)  # watchable in the UI as the run goes
         await _retain(lane, config)  # as the run goes: a long run must not end on a full disk
     return results
 

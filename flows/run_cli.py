@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperCommand
@@ -92,16 +92,29 @@ def run_command(
     # TANDEM_PREFECT_HOME: where the embedded server keeps its database (tests use their own).
     with prefect_api(os.environ.get("TANDEM_PREFECT_HOME")):
         summary = asyncio.run(rl(cfg))
-    gain = summary.get("pass@1 gain (points)")
-    typer.echo(
-        f"[tandem] run {cfg.run} finished: pass@1 {summary['pass@1 before RL (warm start)']:.3f} -> "
-        f"{summary['pass@1 after RL']:.3f} ({gain:+.1f} points) in {summary['wall minutes']} min"
+    for line in final_lines(cfg.run, summary):
+        typer.echo(line)
+
+
+def final_lines(run: str, summary: dict[str, Any]) -> list[str]:
+    """The run's closing lines: a corpus run's held-out projects and tasks apart first
+    (flows/comparison.py), then the headline, so the terminal's last line carries the
+    gain, its paired McNemar p and the verdict."""
+    from flows.comparison import format_p, is_p_value
+
+    lines = [
+        f"[tandem]   {key}: {format_p(value) if is_p_value(key) else value}"
+        for key, value in summary.items()
+        if key.startswith(("pass@1 on ", "p-value on "))
+    ]
+    head = (
+        f"[tandem] run {run} finished in {summary['wall minutes']} min: pass@1 "
+        f"{summary['pass@1 before RL (warm start)']:.3f} -> {summary['pass@1 after RL']:.3f} "
+        f"({summary['pass@1 gain (points)']:+.1f} points)"
     )
-    if "p-value (exact McNemar, paired)" in summary:
-        typer.echo(f"[tandem]   paired McNemar p {summary['p-value (exact McNemar, paired)']}: {summary['verdict']}")
-    for key, value in summary.items():  # a corpus run's held-out projects and tasks, apart (flows/comparison.py)
-        if key.startswith(("pass@1 on ", "p-value on ")):
-            typer.echo(f"[tandem]   {key}: {value}")
+    p = summary.get("p-value (exact McNemar, paired)")
+    verdict = f"; paired McNemar p {format_p(p)}: {summary['verdict']}" if p is not None else ""
+    return [*lines, head + verdict]
 
 
 def prefect_setup_command() -> None:
