@@ -17,10 +17,13 @@ run test builds them, so the suite's time stays where it was):
   renders.
 - olmoe: OLMoE-Instruct's Tulu-style template, which renders only system, user and
   assistant messages and silently skips any other role (a tool observation).
+- glm: GLM-4.5's own template on a Glm4Moe model: nothing closes an assistant message;
+  the model's turn ends at the role token that opens the next message (`<|observation|>`,
+  `<|user|>`), which its generation config lists as eos ids with `<|endoftext|>`.
 
 Built by `build_chat_model(family, out)` in a couple of seconds (`chat_tokenizer(name)`
-for the tokenizer alone); tests share one per family (module- or session-scoped
-fixtures).
+for the tokenizer alone, `chat_tokenizer_dir(name, out)` with its generation config);
+tests share one per family (module- or session-scoped fixtures).
 """
 
 from __future__ import annotations
@@ -119,6 +122,73 @@ OLMOE_TEMPLATE = (
     "{% endfor %}"
 )
 
+# GLM-4.5's chat template as zai-org/GLM-4.5 publishes it (chat_template.jinja on the Hub,
+# shared by GLM-4.5-Air and GLM-4.6), read from copies that quote it: llama.cpp's
+# models/templates/glm_4_5.jinja at 623f3dd04b05999ffcb598a88d4f79fa9c3af849 (its tool-call
+# branch is llama.cpp's own) and the template a GLM-4.5-Air GGUF prints in ik_llama.cpp's
+# discussion 753; the Hub file's own revision was not read. Written anew here, rendering the
+# same text for system, user, assistant and tool messages with string content (compared
+# with that text over thinking on/off/unset, tools, generation prompt). What it does:
+# - `[gMASK]<sop>` opens every conversation; role headers are the special tokens
+#   <|system|>, <|user|>, <|assistant|>, <|observation|>, each followed by a newline except
+#   <|assistant|> and <|observation|>;
+# - nothing closes a message: an assistant turn ends where the next header begins;
+# - tools: a system turn listing them in <tools></tools>, before every message;
+# - assistant turns after the last user message keep their reasoning as
+#   \n<think>REASONING</think> (stripped); every other turn gets an empty \n<think></think>;
+#   then \nCONTENT (stripped) when there is any;
+# - tool messages: <|observation|> once per run of them, each in <tool_response> tags;
+# - enable_thinking false: /nothink after each user message, and the generation prompt
+#   closes an empty \n<think></think>.
+# Not rendered (this project never sends them): `tool_calls` fields of assistant messages
+# (GLM's <tool_call>NAME<arg_key>..</arg_key><arg_value>..</arg_value></tool_call>) and
+# list contents. GLM-4.7's template differs (no newline after headers, a generation prompt
+# that opens <think>); this is GLM-4.5's.
+GLM_TEMPLATE = (
+    "[gMASK]<sop>"
+    "{%- if tools -%}"
+    "{{- '<|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n' -}}"
+    "{%- for t in tools -%}{{- (t | tojson(ensure_ascii=False)) + '\n' -}}{%- endfor -%}"
+    "{{- '</tools>\n\nFor each function call, output the function name and arguments within the following "
+    "XML format:\n<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n"
+    "<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>' -}}"
+    "{%- endif -%}"
+    "{%- set ns = namespace(last_user=-1) -%}"
+    "{%- for m in messages -%}{%- if m.role == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- for m in messages -%}"
+    "{%- set content = m.content if m.content is string else '' -%}"
+    "{%- if m.role == 'user' -%}"
+    "{{- '<|user|>\n' + content -}}"
+    "{%- if enable_thinking is defined and not enable_thinking and not content.endswith('/nothink') -%}"
+    "{{- '/nothink' -}}"
+    "{%- endif -%}"
+    "{%- elif m.role == 'assistant' -%}"
+    "{%- set reasoning = m.reasoning_content if m.reasoning_content is string else '' -%}"
+    "{%- if m.reasoning_content is not string and '</think>' in content -%}"
+    "{%- set reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') -%}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\n') -%}"
+    "{%- endif -%}"
+    "{%- if loop.index0 > ns.last_user and reasoning -%}"
+    "{{- '<|assistant|>\n<think>' + reasoning.strip() + '</think>' -}}"
+    "{%- else -%}"
+    "{{- '<|assistant|>\n<think></think>' -}}"
+    "{%- endif -%}"
+    "{%- if content.strip() -%}{{- '\n' + content.strip() -}}{%- endif -%}"
+    "{%- elif m.role == 'tool' -%}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' -%}{{- '<|observation|>' -}}{%- endif -%}"
+    "{{- '\n<tool_response>\n' + content + '\n</tool_response>' -}}"
+    "{%- elif m.role == 'system' -%}"
+    "{{- '<|system|>\n' + content -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|assistant|>' -}}"
+    "{%- if enable_thinking is defined and not enable_thinking -%}{{- '\n<think></think>' -}}{%- endif -%}"
+    "{%- endif -%}"
+)
+
 
 @dataclass(frozen=True)
 class TemplateFamily:
@@ -129,7 +199,7 @@ class TemplateFamily:
     pad: str
     bos: str | None
     generation_eos: tuple[str, ...]  # generation_config.json eos ids
-    end_of_turn: str  # what closes an assistant turn in the template
+    end_of_turn: str  # what closes an assistant turn in the template (GLM: the observation's header)
 
 
 FAMILIES: dict[str, TemplateFamily] = {
@@ -178,6 +248,22 @@ TEMPLATES: dict[str, TemplateFamily] = {
         generation_eos=("<|endoftext|>",),
         end_of_turn="<|endoftext|>",
     ),
+    "glm": TemplateFamily(
+        "glm4_moe",
+        GLM_TEMPLATE,
+        (
+            *("<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>"),
+            *("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"),
+            *("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"),
+            *("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"),
+        ),
+        eos="<|endoftext|>",  # GLM-4.5's tokenizer_config.json: eos and pad <|endoftext|>, no bos
+        pad="<|endoftext|>",
+        bos=None,
+        # generation_config.json's eos_token_id [151329, 151336, 151338], in that order (the ids of these three).
+        generation_eos=("<|endoftext|>", "<|user|>", "<|observation|>"),
+        end_of_turn="<|observation|>",  # nothing closes a turn; the model stops at the next header
+    ),
 }
 # The family whose run also carries the trackers (tests/flows/test_trackers.py), one run for both.
 TRACKED_FAMILY = "chatml"
@@ -187,6 +273,7 @@ TRACKED_FAMILY = "chatml"
 EXTRA_TEXTS: dict[str, list[str]] = {
     "qwen3": ["<think>\nthe test fails: fix add\n</think>\n\n"],
     "olmoe": ["<|system|>\n", "<|user|>\n", "<|assistant|>\n"],
+    "glm": ["<|assistant|>\n<think>the test fails: fix add</think>\n", "\n<tool_response>\n", "/nothink"],
 }
 
 
@@ -218,6 +305,20 @@ def chat_tokenizer(name: str):  # -> PreTrainedTokenizerFast
         pad_token=spec.pad,
         bos_token=spec.bos,
     )
+
+
+def chat_tokenizer_dir(name: str, out: Path) -> Path:
+    """`TEMPLATES[name]`'s tokenizer and generation config (its eos ids), no weights: all a
+    chat format reads, for tests without a model."""
+    from transformers import GenerationConfig
+
+    spec, tok = TEMPLATES[name], chat_tokenizer(name)
+    tok.save_pretrained(out)
+    eos = [tok.convert_tokens_to_ids(t) for t in spec.generation_eos]
+    GenerationConfig(eos_token_id=eos, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id).save_pretrained(
+        out
+    )
+    return out
 
 
 def build_chat_model(name: str, out: Path) -> Path:

@@ -14,6 +14,13 @@ ever grows at its end.
   that assistant message's content (its end-of-turn tail, minus the end token the
   model already sampled), then the new messages (a tool observation) and the next
   generation prompt, tokenised alone.
+- Templates that close an assistant message with nothing (GLM's) end a turn at the
+  role token that opens the next message's header (`<|observation|>`, `<|user|>`: eos
+  ids of the model's generation config): the stop id the model samples is its last
+  token and the first of the next header, so the continuation starts after it. A turn
+  that stopped at another header than the one the template writes next (`<|user|>`
+  before an observation) or at `<|endoftext|>` keeps that id, and the whole header
+  follows, as after a turn cut by length (`end_opens_next`).
 History is never re-rendered or re-tokenised, so a template that renders earlier
 turns differently later on (Qwen3 drops earlier reasoning) changes no id the model
 has already seen.
@@ -35,9 +42,10 @@ then `<think>REASONING</think>ACTION`, kept whole in the ids, and `split_reasoni
 separates the ACTION that is parsed.
 
 Owns: rendering (with the tool schemas, for native tool calls), the end-of-turn and
-stop ids, the system prompt stating the action language for models never trained on
-it, and SFT's ids and loss mask of a whole conversation (the same pieces the agent loop
-produces). Does not own the action language itself (engines/protocol.py,
+stop ids (refusing a template with neither an end token nor a stop token opening the
+next message), the system prompt stating the action language for models never trained
+on it, and SFT's ids and loss mask of a whole conversation (the same pieces the agent
+loop produces). Does not own the action language itself (engines/protocol.py,
 engines/tool_calls.py) or sampling.
 """
 
@@ -97,7 +105,7 @@ class ChatFormat:
 
     tokenizer: PreTrainedTokenizerBase
     render: Render  # (messages, add_generation_prompt) -> text
-    end_id: int  # the template's end-of-turn token: what closes an assistant message
+    end_id: int  # what closes an assistant message: its end-of-turn token, or (end_opens_next) the observation's header
     stop_ids: tuple[int, ...]  # ids that end a model turn: end_id and the model's eos ids
     model_eos_ids: tuple[int, ...] = ()  # the ones the server stops at by itself (tokenizer, generation config)
     system_prompt: str | None = None  # prepended to conversations that bring none
@@ -106,6 +114,7 @@ class ChatFormat:
     observation_role: str = "tool"  # the role `tool` messages are rendered in (OBSERVATION_ROLES)
     thinking: bool | None = None  # enable_thinking passed to the template; None: its own default
     opens_reasoning: bool = False  # the generation prompt opens <think>: turns start inside the reasoning
+    end_opens_next: bool = False  # nothing closes an assistant message: the next header's stop id ends the turn
 
     @classmethod
     def from_tokenizer(
@@ -156,9 +165,9 @@ class ChatFormat:
         if system_prompt is True:
             system_prompt = None if own else TOOL_CALL_SYSTEM_PROMPT if tools else SYSTEM_PROMPT
         eos = _model_eos_ids(tokenizer, model_dir)
-        end_text, end_id = _end_of_turn(tokenizer, render)
-        stops = tuple(dict.fromkeys((end_id, *eos)))
         observation = "tool" if own else _observation_role(tokenizer, render)
+        end_text, end_id, opens_next = _turn_end(tokenizer, render, observation, eos)
+        stops = tuple(dict.fromkeys((end_id, *eos)))
         roles = tuple(ROLE_TOKEN) if own else tuple(dict.fromkeys(("system", "user", "assistant", "tool", observation)))
         return cls(
             tokenizer,
@@ -172,6 +181,7 @@ class ChatFormat:
             observation_role=observation,
             thinking=enable,
             opens_reasoning=render(_PROBE, True).rstrip().endswith(THINK_OPEN),
+            end_opens_next=opens_next,
         )
 
     @property
@@ -194,7 +204,9 @@ class ChatFormat:
     def continuation_ids(self, history: Sequence[Message], new: Sequence[Message], closed_by: int | None) -> list[int]:
         """Ids that follow the model's last turn (`history[-1]`, an assistant message) up to
         the next generation prompt, with the `new` messages between. `closed_by` is the stop
-        id the model's turn ended on (None: cut by length, so the turn is closed here)."""
+        id the model's turn ended on (None: cut by length, so the turn is closed here). Where
+        the next header's stop id ends a turn, the header continues from that id when it is
+        the one the template writes here, and follows it whole otherwise."""
         if not history or history[-1].get("role") != "assistant":
             raise ValueError("continuation_ids: history must end with the model's (assistant) turn")
         marked = [*self._plain(history[:-1]), {"role": "assistant", "content": _MARK}, *self._plain(new)]
@@ -203,6 +215,8 @@ class ChatFormat:
             raise ValueError("a message of the conversation contains the turn marker; it cannot be rendered")
         after = text.split(_MARK, 1)[1]
         self._check_rendered(self._plain(new), after)
+        if self.end_opens_next:
+            return self.encode(_after_stop(after, self._token_text(closed_by)))
         if closed_by == self.end_id:
             if not after.startswith(self._end_text):
                 raise ValueError(
@@ -213,7 +227,8 @@ class ChatFormat:
         return self.encode(after)
 
     def assistant_ids(self, content: str) -> list[int]:
-        """What the model emits for an assistant message: its content, then the end token."""
+        """What the model emits for an assistant message answered by an observation: its
+        content, then the end token (where the next header ends a turn, the observation's)."""
         return self.encode(content) + [self.end_id]
 
     def conversation(self, messages: Sequence[Message], where: str = "conversation") -> tuple[list[int], list[bool]]:
@@ -231,17 +246,31 @@ class ChatFormat:
         mask = [False] * len(ids)
         for k, i in enumerate(turns):
             content = str(messages[i].get("content") or "")
-            body = self.assistant_ids(content)
+            history.append({"role": "assistant", "content": content})
+            new = list(messages[i + 1 : turns[k + 1] if k + 1 < len(turns) else len(messages)])
+            closing = self._closing_id(history, new)
+            body = self.encode(content) + [closing]
             ids += body
             mask += [bool(messages[i].get("train", True))] * len(body)
-            history.append({"role": "assistant", "content": content})
             if k + 1 < len(turns):
-                new = list(messages[i + 1 : turns[k + 1]])
-                tail = self.continuation_ids(history, new, self.end_id)
+                tail = self.continuation_ids(history, new, closing)
                 ids += tail
                 mask += [False] * len(tail)
                 history += new
         return ids, mask
+
+    def _closing_id(self, history: Sequence[Message], new: Sequence[Message]) -> int:
+        """The stop id a model turn (`history[-1]`) followed by `new` ends on: the end token,
+        or where the next header ends a turn, that header's first id (the observation's
+        after the last turn, since every action is answered)."""
+        if not self.end_opens_next or not new:
+            return self.end_id
+        first = self.continuation_ids(history, new, None)[:1]
+        return first[0] if first and first[0] in self.stop_ids else self.end_id
+
+    def _token_text(self, token_id: int | None) -> str:
+        """The text of a stop id ("" for None: no stop sampled)."""
+        return "" if token_id is None else self.tokenizer.decode([token_id], skip_special_tokens=False)
 
     def split_turn(self, text: str) -> tuple[str, str | None]:
         """A model turn's (reasoning, action) in this template (see `split_reasoning`)."""
@@ -340,21 +369,55 @@ def _model_eos_ids(tokenizer: PreTrainedTokenizerBase, model_dir: str | Path | N
     return tuple(dict.fromkeys(ids))
 
 
-def _end_of_turn(tokenizer: PreTrainedTokenizerBase, render: Render) -> tuple[str, int]:
-    """The special token that closes an assistant message in this template, and its text."""
-    text = render([{"role": "user", "content": "u"}, {"role": "assistant", "content": _MARK}], False)
-    tail = text.split(_MARK, 1)[1] if _MARK in text else ""
-    ids = tokenizer.encode(tail, add_special_tokens=False)
-    special = set(tokenizer.all_special_ids) | {
+def _after_stop(after: str, stop: str) -> str:
+    """The continuation after a turn that ended on `stop`: without it when the template's
+    next header starts with it (the model sampled that id), whole otherwise."""
+    return after[len(stop) :] if stop and after.startswith(stop) else after
+
+
+def _special_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    return set(tokenizer.all_special_ids) | {
         i for i, t in tokenizer.added_tokens_decoder.items() if getattr(t, "special", False)
     }
-    if not ids or ids[0] not in special:
-        raise ValueError(
-            f"chat template of {tokenizer.name_or_path!r} closes an assistant message with {tail[:40]!r}, not a "
-            "special token: the agent loop cannot tell where a model turn ends. Use a template whose assistant "
-            "turns end with an end-of-turn token (e.g. <|im_end|>, <|eot_id|>)"
-        )
-    end_text = tokenizer.convert_ids_to_tokens(ids[0])
-    if not tail.startswith(end_text):
-        raise ValueError(f"chat template of {tokenizer.name_or_path!r}: end token {end_text!r} is not its text")
-    return end_text, ids[0]
+
+
+def _after_mark(render: Render, new: list[Message], add_generation_prompt: bool) -> str:
+    """What the template writes after an assistant message's content, with `new` after it."""
+    messages = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _MARK}, *new]
+    text = render(messages, add_generation_prompt)
+    return text.split(_MARK, 1)[1] if _MARK in text else ""
+
+
+def _turn_end(
+    tokenizer: PreTrainedTokenizerBase, render: Render, observation_role: str, eos: tuple[int, ...]
+) -> tuple[str, int, bool]:
+    """What ends a model turn in this template, as (text, id, end_opens_next): the special
+    token that closes an assistant message; or, where the template writes nothing after
+    one, the special token opening the observation after it, when the model stops there
+    (one of its eos ids, as GLM's <|observation|>)."""
+    special = _special_ids(tokenizer)
+    tail = _after_mark(render, [], False)
+    ids = tokenizer.encode(tail, add_special_tokens=False)
+    if ids and ids[0] in special:
+        end_text = tokenizer.convert_ids_to_tokens(ids[0])
+        if not tail.startswith(end_text):
+            raise ValueError(f"chat template of {tokenizer.name_or_path!r}: end token {end_text!r} is not its text")
+        return end_text, ids[0], False
+    head = _after_mark(render, [{"role": observation_role, "content": _OBSERVATION_MARK}], True)
+    first = tokenizer.encode(head, add_special_tokens=False)[:1]
+    opener = tokenizer.convert_ids_to_tokens(first[0]) if first else ""
+    if not tail and first and first[0] in special and first[0] in eos and head.startswith(opener):
+        return opener, first[0], True
+    closes = f"{tail[:40]!r}, not a special token," if tail else "nothing"
+    if first and first[0] in special:
+        stops = tokenizer.convert_ids_to_tokens(list(eos))
+        opens = f"{opener!r}, a special token the model does not stop at (its eos tokens: {stops})"
+    else:
+        opens = f"{head.split(_OBSERVATION_MARK, 1)[0][:40]!r}, not a special token"
+    raise ValueError(
+        f"chat template of {tokenizer.name_or_path!r} closes an assistant message with {closes} and opens the "
+        f"{observation_role!r} message after it with {opens}: the agent loop cannot tell where a model turn ends. "
+        "Use a template whose assistant turns end with an end-of-turn token (e.g. <|im_end|>, <|eot_id|>), or whose "
+        "next message opens with one of the model's eos tokens (GLM's <|observation|> and <|user|>, listed in its "
+        "generation_config.json beside the weights)"
+    )

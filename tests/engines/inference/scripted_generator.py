@@ -2,9 +2,10 @@
 framing, token exactness, limits), where vLLM itself is not what is tested.
 
 Each session's turns are the next texts of its task's script, tokenized by the model's
-tokenizer and closed by a stop id, as a server's sampled turn is; each token gets a
-logprob unique to its turn and position, so where the loop puts them is checkable.
-Every request's prompt is recorded per session."""
+tokenizer and closed by a stop id, as a server's sampled turn is (a script entry may be
+`(text, stop_id)`, a stop of its own, or `(text, None)`, a turn cut by length); each
+token gets a logprob unique to its turn and position, so where the loop puts them is
+checkable. Every request's prompt is recorded per session."""
 
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ from engines.inference.types import Completion, SamplingParams
 URL = "scripted://"
 
 
+Turn = str | tuple[str, int | None]  # a text, closed by the generator's stop id or the one given (None: none)
+
+
 class ScriptedGenerator:
-    def __init__(self, tokenizer: Any, scripts: dict[str, Sequence[str]], stop_id: int, version: int = 0) -> None:
+    def __init__(self, tokenizer: Any, scripts: dict[str, Sequence[Turn]], stop_id: int, version: int = 0) -> None:
         self.tok, self.scripts, self.stop_id, self.version = tokenizer, scripts, stop_id, version
         self.prompts: dict[str, list[list[int]]] = defaultdict(list)  # session -> each request's prompt
         self.released: set[str] = set()
@@ -35,9 +39,10 @@ class ScriptedGenerator:
         turns = self.prompts[session_id]
         turns.append(list(prompt_ids))
         script = self.scripts[session_id.split("/", 1)[0]]  # sessions are "task/group/sample/nonce"
-        text = script[min(len(turns), len(script)) - 1]  # the last text again once the script is out
-        ids = [*self.tok.encode(text, add_special_tokens=False), self.stop_id]
-        finish = "stop"
+        turn = script[min(len(turns), len(script)) - 1]  # the last text again once the script is out
+        text, stop = turn if isinstance(turn, tuple) else (turn, self.stop_id)
+        ids = self.tok.encode(text, add_special_tokens=False) + ([] if stop is None else [stop])
+        finish = "stop" if stop is not None else "length"
         if len(ids) > params.max_tokens:
             ids, finish = ids[: params.max_tokens], "length"
         await asyncio.sleep(0)  # a real await: episodes interleave as they do on a server

@@ -7,6 +7,7 @@ rendering of the conversation."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -27,12 +28,14 @@ def family_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     return request.param, build_chat_model(request.param, tmp_path_factory.mktemp(request.param))
 
 
-def episode_pieces(chat: ChatFormat, closed: list[bool]) -> tuple[list[list[int]], list[dict]]:
-    """The id pieces an agent loop appends over a 3-turn episode, turn k closed by the
-    model (its end token sampled) when closed[k]; and the conversation's messages."""
+def episode_pieces(
+    chat: ChatFormat, closed: list[bool], turns: list[str] = ACTIONS
+) -> tuple[list[list[int]], list[dict]]:
+    """The id pieces an agent loop appends over a 3-turn episode of `turns`, turn k closed
+    by the model (its end token sampled) when closed[k]; and the conversation's messages."""
     messages = chat.first_messages("fix add")
     pieces = [chat.prompt_ids(messages)]
-    for k, action in enumerate(ACTIONS):
+    for k, action in enumerate(turns):
         model_ids = chat.encode(action) + ([chat.end_id] if closed[k] else [])
         pieces.append(model_ids)
         messages.append({"role": "assistant", "content": action})
@@ -245,6 +248,98 @@ def test_the_observation_role_is_the_first_the_template_renders() -> None:
         "{% endif %}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
     )
     assert ChatFormat.from_tokenizer(tokenizer(only)).observation_role == "user"
+
+
+# ---- a template that closes no turn: the next header's stop id ends it (GLM-4.5's) ------
+
+# GLM's turns as its template writes them after the generation prompt <|assistant|>.
+GLM_TURNS = [f"\n<think>{r}</think>\n{a}" for r, a in zip(["look at add", "add subtracts", "done"], ACTIONS)]
+
+
+@pytest.fixture(scope="module")
+def glm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_chat_model("glm", tmp_path_factory.mktemp("glm"))
+
+
+@pytest.mark.chat_template
+def test_glm_turns_end_at_the_eos_id_that_opens_the_next_header(glm_dir: Path) -> None:
+    assert json.loads((glm_dir / "config.json").read_text())["model_type"] == "glm4_moe"
+    tok = load_tokenizer(glm_dir)
+    chat = ChatFormat.from_tokenizer(tok, glm_dir)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|user|>", "<|observation|>")}
+    assert chat.end_opens_next and chat.end_id == ids["<|observation|>"] and chat.observation_role == "tool"
+    assert set(chat.stop_ids) == set(ids.values()) and chat.extra_stop_ids == ()  # all in generation_config.json
+    prompt = tok.decode(chat.prompt_ids(chat.first_messages("fix add")), skip_special_tokens=False)
+    assert prompt == f"[gMASK]<sop><|system|>\n{SYSTEM_PROMPT}<|user|>\nfix add<|assistant|>"
+    off = ChatFormat.from_tokenizer(tok, glm_dir, thinking="off")
+    assert tok.decode(off.prompt_ids(off.first_messages("fix add")), skip_special_tokens=False) == (
+        prompt.replace("fix add", "fix add/nothink") + "\n<think></think>"
+    )
+
+
+@pytest.mark.chat_template
+@pytest.mark.parametrize("closed", [[True, True, True], [False, True, False]], ids=["closed", "cut-by-length"])
+def test_glm_pieces_are_the_fresh_rendering_with_each_header_once(glm_dir: Path, closed: list[bool]) -> None:
+    tok = load_tokenizer(glm_dir)
+    chat = ChatFormat.from_tokenizer(tok, glm_dir)
+    pieces, messages = episode_pieces(chat, closed, GLM_TURNS)
+    ids = [i for p in pieces for i in p]
+    # The sampled <|observation|> opens the observation's header; a turn cut by length gets it from the template.
+    rendered = tok.apply_chat_template(messages, tokenize=False)
+    assert ids == chat.encode(rendered) + ([chat.end_id] if closed[-1] else [])
+    assert "<|observation|><|observation|>" not in tok.decode(ids, skip_special_tokens=False)
+    for piece in pieces[::2]:  # every piece not the model's round-trips through its own text
+        assert chat.encode(tok.decode(piece, skip_special_tokens=False)) == piece
+
+
+@pytest.mark.chat_template
+def test_glm_sft_closes_each_turn_with_the_header_that_follows_it(glm_dir: Path) -> None:
+    tok = load_tokenizer(glm_dir)
+    chat = ChatFormat.from_tokenizer(tok, glm_dir)
+    pieces, messages = episode_pieces(chat, [True, True, True], GLM_TURNS)
+    ids, mask = chat.conversation(messages[1:])
+    assert ids == [i for p in pieces for i in p]  # the agent loop's ids; the last action answered as every other
+    learned = tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
+    assert learned == "".join(f"{t}<|observation|>" for t in GLM_TURNS)
+    # A turn the user answers ends on <|user|>, as the template writes it.
+    plain = [f"\n<think></think>\n{a}" for a in ACTIONS[:2]]  # as re-rendered before the last user message
+    talk = [
+        {"role": "user", "content": "fix add"},
+        {"role": "assistant", "content": plain[0]},
+        {"role": "user", "content": "go on"},
+        {"role": "assistant", "content": plain[1]},
+    ]
+    ids, mask = chat.conversation(talk)
+    rendered = tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}, *talk], tokenize=False)
+    assert ids == chat.encode(rendered) + [chat.end_id]
+    learned = tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
+    assert learned == f"{plain[0]}<|user|>{plain[1]}<|observation|>"
+
+
+@pytest.mark.chat_template
+def test_a_template_with_neither_an_end_token_nor_a_stop_token_opening_the_next_message_is_refused(
+    glm_dir: Path,
+) -> None:
+    # GLM's tokenizer without the generation config that makes its headers stop ids.
+    tok = load_tokenizer(glm_dir)
+    tok.name_or_path = "zai-org/GLM-4.5"
+    message = (
+        r"'zai-org/GLM-4.5' closes an assistant message with nothing and opens the 'tool' message after it with "
+        r"'<\|observation\|>', a special token the model does not stop at \(its eos tokens: \['<\|endoftext\|>'\]\)"
+    )
+    with pytest.raises(ValueError, match=message):
+        ChatFormat.from_tokenizer(tok)
+    # Headers in plain text: nothing marks where a turn ends.
+    plain = (
+        "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %}[assistant]{% endif %}"
+    )
+    tok = train_tokenizer(["view m.py\n"] * 20, 300, ["<e>"], plain, "<e>", "<e>")
+    tok.name_or_path = "plain-headers"
+    message = r"'plain-headers' closes an assistant message with nothing and opens the 'tool' message after it with "
+    message += r"'\[tool\]', not a special token: the agent loop cannot tell where a model turn ends"
+    with pytest.raises(ValueError, match=message):
+        ChatFormat.from_tokenizer(tok)
 
 
 # ---- thinking (Qwen3's enable_thinking switch) ---------------------------------------
