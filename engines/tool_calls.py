@@ -1,17 +1,20 @@
-"""Hermes-style native tool calls: the JSON twin of the text actions in engines/protocol.py.
+"""Native tool calls: the schema twin of the text actions in engines/protocol.py.
 
-With `inference.tool_format = "hermes"` the assistant emits
+With `inference.tool_format` naming a family's format (engines/tool_formats/: hermes,
+llama3_json, glm45, deepseek_v31, kimi_k2, qwen3_coder) the assistant calls the tools of
+`TOOL_SCHEMAS`, which go to the chat template as `tools=` (engines/model/chat_format.py),
+in that family's syntax; with hermes
 
     <tool_call>
     {"name": "view", "arguments": {"path": "a.py"}}
     </tool_call>
 
-and `TOOL_SCHEMAS` go to the chat template as `tools=` (engines/model/chat_format.py). The
-call is parsed here, not by the server, so the token ids stay exactly what the model
-sampled. The agent loop hands the environment the call's text action (`protocol_text`),
-so the environment speaks one language; a bad call becomes an `InvalidAction`
-observation, as bad text does. SFT demonstrations written as text actions become tool
-calls with `as_tool_calls`.
+The call is parsed here, not by the server, so the token ids stay exactly what the model
+sampled; the same parser serves SFT (`as_tool_calls`), the agent loop of rollouts and
+evaluation (`protocol_text`) and stored turns read back (`parse_tool_call`). The agent
+loop hands the environment the call's text action, so the environment speaks one
+language; a bad call becomes an `InvalidAction` observation, as bad text does. A turn
+holds exactly one call: several are refused, not cut to the first.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from engines.protocol import TOOLS, Action, InvalidAction, parse_action, render_action
+from engines.tool_formats import TOOL_FORMATS, hermes, tool_format
 
-CALL_OPEN = "<tool_call>"
-CALL_CLOSE = "</tool_call>"
+CALL_OPEN, CALL_CLOSE = hermes.OPEN, hermes.CLOSE
 
 
 def _schema(name: str, description: str, properties: dict[str, dict[str, str]], required: list[str]) -> dict:
@@ -73,19 +76,53 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
 _REQUIRED = {s["function"]["name"]: s["function"]["parameters"] for s in TOOL_SCHEMAS}
 
 
-def parse_tool_call(text: str) -> Action | InvalidAction:
-    """Parse one assistant turn holding a single `<tool_call>` block into an action."""
-    start, end = text.find(CALL_OPEN), text.rfind(CALL_CLOSE)
-    if start < 0 or end < start:
-        return InvalidAction(f'no tool call; answer with {CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{CALL_CLOSE}')
-    try:
-        call = json.loads(text[start + len(CALL_OPEN) : end])
-    except json.JSONDecodeError as err:
-        return InvalidAction(f"tool call is not valid JSON: {err}")
-    if not isinstance(call, dict) or not isinstance(call.get("arguments", {}), dict):
-        return InvalidAction('tool call must be {"name": ..., "arguments": {...}}')
-    name, args = call.get("name"), call.get("arguments", {})
-    if name not in _REQUIRED:
+def parse_tool_call(text: str, fmt: str | None = None) -> Action | InvalidAction:
+    """The action of one assistant turn holding exactly one call in format `fmt`
+    (engines/tool_formats/). A turn with several calls is refused, not cut to its first:
+    the environment takes one action a turn, and the model should see that its other
+    calls never ran. `fmt` None reads a stored turn without its run's configuration:
+    the action of the first format that reads one, else hermes's reason."""
+    if fmt is None:
+        return _parse_any(text)
+    form = tool_format(fmt)
+    calls = form.extract(text)
+    if isinstance(calls, InvalidAction):
+        return calls
+    if not calls:
+        return InvalidAction(f"no tool call; answer with {form.render([('view', {'path': 'a.py'})])}")
+    if len(calls) > 1:
+        return InvalidAction(f"{len(calls)} tool calls in one turn; make exactly one call a turn")
+    name, args = calls[0]
+    return validate_call(name, typed_arguments(name, args) if form.typed_by_schema else args)
+
+
+def _parse_any(text: str) -> Action | InvalidAction:
+    results = [parse_tool_call(text, name) for name in TOOL_FORMATS]
+    return next((r for r in results if isinstance(r, Action)), results[0])
+
+
+def typed_arguments(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """`args` typed by the tool's schema as vLLM's parsers of the XML-style families type
+    them (its tool_parsers/utils.py, coerce_to_schema_type): a text that reads as an
+    integer where the schema says integer, any other value as its JSON text where it says
+    string. The rest stays as written, for `validate_call` to judge."""
+    properties = _REQUIRED.get(name, {}).get("properties", {})
+    typed = dict(args)
+    for key, value in args.items():
+        kind = properties.get(key, {}).get("type")
+        if kind == "integer" and isinstance(value, str):
+            try:
+                typed[key] = int(value)
+            except ValueError:
+                pass
+        elif kind == "string" and not isinstance(value, str):
+            typed[key] = json.dumps(value, ensure_ascii=False)
+    return typed
+
+
+def validate_call(name: Any, args: dict[str, Any]) -> Action | InvalidAction:
+    """The action of a call to tool `name` with `args`, checked against TOOL_SCHEMAS."""
+    if not isinstance(name, str) or name not in _REQUIRED:
         return InvalidAction(f"unknown tool {name!r}; use one of: {', '.join(TOOLS)}")
     params = _REQUIRED[name]
     missing = [k for k in params["required"] if k not in args]
@@ -93,8 +130,10 @@ def parse_tool_call(text: str) -> Action | InvalidAction:
         return InvalidAction(f"{name}: missing argument(s) {', '.join(missing)}")
     for key, value in args.items():
         kind = params["properties"].get(key, {}).get("type")
-        if kind == "string" and not isinstance(value, str) or kind == "integer" and not isinstance(value, int):
-            return InvalidAction(f"{name}: argument {key!r} must be a {kind}")
+        # bool is an int in Python, never in the schema
+        wrong_int = kind == "integer" and (not isinstance(value, int) or isinstance(value, bool))
+        if kind == "string" and not isinstance(value, str) or wrong_int:
+            return InvalidAction(f"{name}: argument {key!r} must be {'an' if kind == 'integer' else 'a'} {kind}")
     return _action(name, args)
 
 
@@ -125,48 +164,52 @@ def _action(name: str, args: dict[str, Any]) -> Action | InvalidAction:
     return Action("change", path=args["path"], scope=scope, old=args["old"], new=args["new"])
 
 
-def render_tool_call(action: Action) -> str:
-    """Inverse of `parse_tool_call`: the canonical tool-call text of an action (oracle demonstrations)."""
+def tool_arguments(action: Action) -> dict[str, Any]:
+    """The arguments of the call that stands for `action` (inverse of `validate_call`)."""
     if action.tool in ("test", "submit", "undo"):
-        args: dict[str, Any] = {}
-    elif action.tool == "bash":
-        args = {"command": action.body}
-    elif action.tool == "view":
-        args = {"path": action.path} | (
-            {"start": action.line, "end": action.end_line} if action.line is not None else {}
-        )
-        args |= {"function": action.scope} if action.scope else {}
-    elif action.tool == "edit":
-        args = {"path": action.path, "line": action.line, "body": action.body}
-    elif action.tool == "replace":
-        args = {"path": action.path, "old": action.old, "new": action.new}
-    else:
-        scope = str(action.line) if action.line is not None else action.scope
-        args = {"path": action.path, "scope": scope, "old": action.old, "new": action.new}
-    return f"{CALL_OPEN}\n{json.dumps({'name': action.tool, 'arguments': args})}\n{CALL_CLOSE}"
+        return {}
+    if action.tool == "bash":
+        return {"command": action.body}
+    if action.tool == "view":
+        args: dict[str, Any] = {"path": action.path}
+        args |= {"start": action.line, "end": action.end_line} if action.line is not None else {}
+        return args | ({"function": action.scope} if action.scope else {})
+    if action.tool == "edit":
+        return {"path": action.path, "line": action.line, "body": action.body}
+    if action.tool == "replace":
+        return {"path": action.path, "old": action.old, "new": action.new}
+    scope = str(action.line) if action.line is not None else action.scope
+    return {"path": action.path, "scope": scope, "old": action.old, "new": action.new}
 
 
-def protocol_text(text: str) -> str | InvalidAction:
+def render_tool_call(action: Action, fmt: str = "hermes") -> str:
+    """Inverse of `parse_tool_call`: the call of an action in format `fmt` (oracle demonstrations)."""
+    return tool_format(fmt).render([(action.tool, tool_arguments(action))])
+
+
+def protocol_text(text: str, fmt: str = "hermes") -> str | InvalidAction:
     """The text action (engines/protocol.py) a tool-call turn stands for, or why it is none."""
-    action = parse_tool_call(text)
+    action = parse_tool_call(text, fmt)
     return action if isinstance(action, InvalidAction) else render_action(action)
 
 
-def as_tool_calls(messages: list[dict], where: str = "conversation") -> list[dict]:
-    """`messages` with each assistant turn written as a text action rewritten as its tool
-    call (turns already holding a `<tool_call>` kept). Raises ValueError naming the message
-    that is neither."""
+def as_tool_calls(messages: list[dict], where: str = "conversation", fmt: str = "hermes") -> list[dict]:
+    """`messages` with each assistant turn written as a text action rewritten as its call
+    in format `fmt` (turns already holding a valid call kept). Raises ValueError naming
+    the message that is neither."""
     out = []
     for i, m in enumerate(messages):
         content = str(m.get("content") or "")
-        if m.get("role") == "assistant" and CALL_OPEN not in content:
+        if m.get("role") == "assistant":
             action = parse_action(content)
-            if isinstance(action, InvalidAction):
+            if isinstance(action, Action):
+                m = {**m, "content": render_tool_call(action, fmt)}
+            elif isinstance(call := parse_tool_call(content, fmt), InvalidAction):
                 raise ValueError(
                     f"{where}, message {i}: assistant turn is neither a tool call nor a text action "
-                    f"({action.message}); write it as {CALL_OPEN}{{...}}{CALL_CLOSE} or in engines/protocol.py's language"
+                    f"({action.message}; as a {fmt} call: {call.message}); write it as "
+                    f"{render_tool_call(Action('test'), fmt)} or in engines/protocol.py's language"
                 )
-            m = {**m, "content": render_tool_call(action)}
         out.append(m)
     return out
 

@@ -430,7 +430,7 @@ class RunConfig(BaseModel):
             )
         if path:
             self._check_tiny_only()
-        if self.inference.tool_format == "hermes":
+        if self.inference.tool_format != "text":
             self._check_tool_calls()
         if self.tasks.kind == "corpus" and not path:
             self._check_repository_warm_start()
@@ -479,15 +479,15 @@ class RunConfig(BaseModel):
 
     def _check_tool_calls(self) -> None:
         """Native tool calls need a chat template that lists tools: never the tiny model's own."""
-        path = self.model.path
+        path, fmt = self.model.path, self.inference.tool_format
         if not path:
             raise ValueError(
-                "inference.tool_format = 'hermes': the tiny model's chat template has no tools section and its warm "
+                f"inference.tool_format = {fmt!r}: the tiny model's chat template has no tools section and its warm "
                 "start teaches the text actions; set tool_format = 'text', or model.path to a model whose template lists tools"
             )
         if os.path.isdir(path) and template_supports_tools(path) is False:
             raise ValueError(
-                f"inference.tool_format = 'hermes': the chat template of model.path ({path!r}) never references "
+                f"inference.tool_format = {fmt!r}: the chat template of model.path ({path!r}) never references "
                 "`tools`, so the tool schemas would not reach the model; set tool_format = 'text' or use a template "
                 "with a tools section"
             )

@@ -84,7 +84,7 @@ async def open_rollout_lane(
     )
     greedy_cfg = inference.model_copy(update={"sampling": inference.sampling.model_copy(update={"temperature": 0.0})})
     tokenizer = load_tokenizer(weights)
-    tools = TOOL_SCHEMAS if inference.tool_format == "hermes" else None
+    tools = TOOL_SCHEMAS if inference.tool_format != "text" else None
     check_prompts_fit(  # before any server starts
         ChatFormat.from_tokenizer(tokenizer, weights, tools=tools),
         [*train_tasks, *heldout],

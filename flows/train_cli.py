@@ -36,20 +36,24 @@ def sft_command(
         str,
         typer.Option(
             "--tool-format",
-            help="The action language the run will ask for (its inference.tool_format): 'text', or 'hermes' to "
-            "train assistant turns as JSON tool calls with the tools in the template.",
+            help="The action language the run will ask for (its inference.tool_format): 'text', or a model family's "
+            "tool-call format (hermes, llama3_json, glm45, deepseek_v31, kimi_k2, qwen3_coder) to "
+            "train assistant turns as calls in that format with the tools in the template.",
         ),
     ] = "text",
 ) -> None:
     """Supervised fine-tuning of a given model on your demonstrations; extra `--key value` pairs set the trainer
     keys SFT reads (`--sft.lr`, `--sft.max_steps`, `--seq_len`, ...)."""
     from engines.model.hub import resolve_model
+    from engines.tool_formats import TOOL_FORMATS
     from engines.trainer.config import SFTCommandConfig
     from engines.trainer.demos import load_conversations
     from engines.trainer.sft import sft
 
-    if tool_format not in ("text", "hermes"):
-        raise typer.BadParameter(f"{tool_format!r}: use 'text' or 'hermes'", param_hint="--tool-format")
+    if tool_format not in ("text", *TOOL_FORMATS):
+        raise typer.BadParameter(
+            f"{tool_format!r}: use 'text' or one of {', '.join(TOOL_FORMATS)}", param_hint="--tool-format"
+        )
     with user_errors(ConfigError, ValueError, FileNotFoundError):
         cfg = load_config(SFTCommandConfig, config, list(ctx.args)).trainer()
         conversations = load_conversations(data)

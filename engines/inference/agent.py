@@ -20,8 +20,9 @@ conversation. With the tiny tokenizer that is
 Owns: turn, token and wall-time limits, a finish reason for every episode, the bound
 on concurrent episodes, and turning failures into marked episodes. Parsing text
 actions and executing them belong to the environment (malformed text becomes an error
-observation there). With `inference.tool_format = "hermes"` the template lists the
-tools and each turn's tool call is read here (engines/tool_calls.py) and handed on as
+observation there). With `inference.tool_format` naming a family's format (hermes,
+glm45, qwen3_coder, ...) the template lists the tools and each turn's tool call is read
+here in that format (engines/tool_calls.py) and handed on as
 its text action; a malformed call becomes the error observation without a step.
 A thinking model's turn is `<think>REASONING</think>ACTION`: the whole turn stays in the
 ids, the loss mask and the logprobs as sampled, and only ACTION is an action; reasoning
@@ -99,7 +100,7 @@ class AgentLoop:
         self.cfg = cfg
         self.limits = cfg.limits
         # The served model's framing; its generation config (eos ids) sits beside the weights.
-        tools = TOOL_SCHEMAS if cfg.tool_format == "hermes" else None
+        tools = TOOL_SCHEMAS if cfg.tool_format != "text" else None
         self.chat = chat or ChatFormat.from_tokenizer(
             tokenizer, cfg.model_dir or None, tools=tools, thinking=cfg.thinking
         )
@@ -220,7 +221,7 @@ class AgentLoop:
             return Refused(f"error: {UNCLOSED_REASONING}")
         if self.cfg.tool_format == "text":
             return await self._in_thread(env.step, action_text)
-        action = protocol_text(action_text)
+        action = protocol_text(action_text, self.cfg.tool_format)
         if isinstance(action, InvalidAction):
             return Refused(f"error: {action.message}")
         return await self._in_thread(env.step, action)
@@ -231,8 +232,8 @@ class AgentLoop:
         _, action_text = self.chat.split_turn(text)
         if action_text is None:
             return InvalidAction(UNCLOSED_REASONING)
-        if self.cfg.tool_format == "hermes":
-            return protocol_text(action_text)
+        if self.cfg.tool_format != "text":
+            return protocol_text(action_text, self.cfg.tool_format)
         parsed = parse_action(action_text)
         return parsed if isinstance(parsed, InvalidAction) else action_text
 

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engines.tool_calls import template_has_thinking_switch, template_supports_tools
+from engines.tool_formats import ToolFormatName
 
 # KV connectors registered by vLLM 0.32 (vllm/distributed/kv_transfer/kv_connector/factory.py)
 # that move KV blocks from a prefill server to a decode server. ExampleConnector goes
@@ -227,11 +228,13 @@ class InferenceConfig(BaseModel):
         0, ge=0, le=65535, description="First port of local servers (then +1 each); 0 picks free ports."
     )
     served_model_name: str = Field("policy", description="Model name the servers answer to.")
-    tool_format: Literal["text", "hermes"] = Field(
+    tool_format: Literal["text", ToolFormatName] = Field(
         "text",
-        description="The action language: 'text' commands (engines/protocol.py) or 'hermes' JSON tool calls "
-        "(<tool_call>{...}</tool_call>, engines/tool_calls.py), the schemas given to the chat template as `tools` "
-        "and each call parsed by the agent loop; 'hermes' needs a chat template with a tools section.",
+        description="The action language: 'text' commands (engines/protocol.py) or native tool calls in a model "
+        "family's own format: 'hermes' (<tool_call>{...}</tool_call>: Hermes, Qwen2.5/3), 'llama3_json' (Llama "
+        "3.1), 'glm45' (GLM-4.5 to 5), 'deepseek_v31', 'kimi_k2' or 'qwen3_coder' (engines/tool_formats/, each "
+        "as vLLM's parser of that name reads it). With a format the schemas go to the chat template as `tools` "
+        "and each call is parsed by the agent loop; it needs a chat template with a tools section.",
     )
     thinking: Literal["off", "on"] | None = Field(
         None,
@@ -321,9 +324,9 @@ class InferenceConfig(BaseModel):
             raise ValueError(
                 f"sampling.max_tokens_per_turn ({self.sampling.max_tokens_per_turn}) must be below max_model_len ({self.max_model_len})"
             )
-        if self.tool_format == "hermes" and template_supports_tools(self.model_dir) is False:
+        if self.tool_format != "text" and template_supports_tools(self.model_dir) is False:
             raise ValueError(
-                f"tool_format='hermes': the chat template in {self.model_dir} never references "
+                f"tool_format={self.tool_format!r}: the chat template in {self.model_dir} never references "
                 "`tools`, so the tool schemas would not reach the model: use a template with a tools section "
                 "(as Qwen/Hermes templates have) or set tool_format = 'text'"
             )

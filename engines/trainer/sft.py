@@ -27,6 +27,7 @@ import torch
 from engines.model.chat_format import ChatFormat
 from engines.model.load import load_moe_causal_lm, load_tokenizer
 from engines.tool_calls import TOOL_SCHEMAS, as_tool_calls
+from engines.tool_formats import ToolFormatName
 from engines.trainer.config import TrainerConfig
 from engines.trainer.export import export_weights
 from engines.trainer.grad_clip import clip_grad_norm
@@ -125,22 +126,23 @@ def sft(
     cfg: TrainerConfig | None = None,
     log=print,
     store: Store | None = None,
-    tool_format: Literal["text", "hermes"] = "text",
+    tool_format: Literal["text", ToolFormatName] = "text",
 ) -> Path:
     """Fine-tune the model of `model_dir` on `conversations`; export to `out_dir` (a path
     inside `store` when given, e.g. an s3:// weights URL) and return it. With
-    `tool_format="hermes"` the template lists the tools and assistant turns written as
-    text actions are trained as their tool calls (as the agent loop will ask for them)."""
+    `tool_format` naming a family's format ("hermes", "glm45", ...: engines/tool_formats/)
+    the template lists the tools and assistant turns written as text actions are trained
+    as their calls in that format (as the agent loop will ask for them)."""
     cfg = cfg or TrainerConfig()
     if not conversations:
         raise ValueError("sft: no conversations given")
     torch.manual_seed(cfg.seed)
     tokenizer = load_tokenizer(model_dir)
     model = load_moe_causal_lm(model_dir)
-    tools = TOOL_SCHEMAS if tool_format == "hermes" else None
+    tools = TOOL_SCHEMAS if tool_format != "text" else None
     chat = ChatFormat.from_tokenizer(tokenizer, model_dir, tools=tools)
     if tools:
-        conversations = [as_tool_calls(c, f"conversation {i}") for i, c in enumerate(conversations)]
+        conversations = [as_tool_calls(c, f"conversation {i}", tool_format) for i, c in enumerate(conversations)]
     episodes = [conversation_episode(tokenizer, c, f"conversation {i}", chat) for i, c in enumerate(conversations)]
     sft_train(model, episodes, cfg, log)
     export_weights(model, tokenizer, str(out_dir), cfg.export_format, store=store)
