@@ -92,7 +92,7 @@ test                    run the repository's tests as they are (hidden tests may
 submit                  end the episode; your changes are graded
 After an edit the tests may run; the observation says which fail and whether your edit was kept. Write nothing but the action."""
 
-# The same for native tool calls (inference.tool_format = "hermes"): the tools themselves
+# The same for native tool calls (inference.tool_format other than "text"): the tools themselves
 # reach the model through the template's tools section.
 TOOL_CALL_SYSTEM_PROMPT = """You fix a bug in a repository. Each of your turns is exactly one call of one of the tools you are given: view a file or one function (Class.method), edit a line, replace or change text, undo your last edit, run bash, run the tests, or submit when the fix is done. Write nothing but the call."""
 
@@ -142,7 +142,8 @@ class ChatFormat:
         own = template == CHAT_TEMPLATE
         if own and tools:
             raise ValueError(
-                "inference.tool_format = 'hermes': this project's own chat template has no tools section; "
+                "inference.tool_format asks for native tool calls, but this project's own chat template has no tools "
+                "section; "
                 "use tool_format = 'text' with it, or a model whose template lists tools"
             )
         enable = None if thinking is None else thinking == "on"
@@ -158,7 +159,7 @@ class ChatFormat:
             render = _jinja_render(tokenizer, tools, enable)
             if tools and render(_PROBE, True) == _jinja_render(tokenizer, None, enable)(_PROBE, True):
                 raise ValueError(
-                    f"inference.tool_format = 'hermes': the chat template of {tokenizer.name_or_path!r} does not "
+                    f"inference.tool_format asks for native tool calls, but the chat template of {tokenizer.name_or_path!r} does not "
                     "render the tools it is given, so the model would never see them; use tool_format = 'text' "
                     "or a template with a tools section"
                 )

@@ -7,7 +7,7 @@ From the text alone (so it works on stored trajectories too) this recovers the
 number of attempts, whether the first one passed, and how often a retry repeated
 an edit that had already failed: the behaviours the evaluation reports beside
 pass@1. A turn counts by the action it stands for, whatever the run's format: a text
-action, or a `<tool_call>` (inference.tool_format = "hermes") read as its text action,
+action, or a tool call in any family's format (engines/tool_formats/) read as its text action,
 with a thinking model's reasoning set aside (`turn_action`). Two evaluations of the same
 tasks are compared pairwise: McNemar's exact test (`mcnemar_p`) and a paired-bootstrap
 interval of the gain (`paired_bootstrap_interval`).
@@ -64,7 +64,10 @@ def turn_action(text: str) -> Action | InvalidAction:
     if text is None:
         return InvalidAction("reasoning never closed")
     action = parse_action(text)
-    return parse_tool_call(text) if isinstance(action, InvalidAction) and CALL_OPEN in text else action
+    if not isinstance(action, InvalidAction):
+        return action
+    call = parse_tool_call(text)  # every family's format: a stored turn carries no run configuration
+    return call if isinstance(call, Action) or CALL_OPEN in text else action
 
 
 def attempt_stats(conversation: str, resolved: bool, messages: list[dict[str, str]] | None = None) -> AttemptStats:

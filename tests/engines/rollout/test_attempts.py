@@ -10,6 +10,7 @@ import pytest
 from engines.protocol import parse_action, render_messages
 from engines.rollout.attempts import AttemptStats, attempt_stats, mcnemar_p, paired_bootstrap_interval
 from engines.tool_calls import render_tool_call
+from engines.tool_formats import TOOL_FORMATS
 
 
 def _conversation(turns: list[tuple[str, str | None]]) -> str:
@@ -101,10 +102,12 @@ def _messages(turns: list[tuple[str, str | None]], observation_role: str = "tool
     return messages
 
 
-def test_tool_call_turns_count_as_the_attempts_they_stand_for():
-    """inference.tool_format = 'hermes': each turn a <tool_call>, read as its action (these
-    statistics read 0 attempts before)."""
-    calls = [(render_tool_call(parse_action(a)), o) for a, o in RETRIES]
+@pytest.mark.parametrize("fmt", TOOL_FORMATS)
+def test_tool_call_turns_count_as_the_attempts_they_stand_for(fmt):
+    """Native tool calls in every family's format: each turn a call, read as its action
+    (these statistics read 0 attempts before; formats without `<tool_call>` read 0 until
+    every format was tried)."""
+    calls = [(render_tool_call(parse_action(a), fmt), o) for a, o in RETRIES]
     stats = attempt_stats("", resolved=True, messages=_messages(calls))
     assert (stats.attempts, stats.first_passed, stats.repeats) == (3, False, 1)
     assert stats == attempt_stats(_conversation(RETRIES), resolved=True)
