@@ -448,13 +448,7 @@ class RunConfig(BaseModel):
                 f"trainer.temperature ({self.trainer.temperature}) differs from inference.sampling.temperature "
                 f"({sampled_at}): the RL loss compares the trainer's logprobs with the sampler's, so set both to the same value"
             )
-        if self.metrics.writes() and self.trainer.processes > 1:
-            raise ValueError(
-                f"metrics.sinks {self.metrics.sinks}: the trainer lane logs to trackers in-process only, and "
-                f"trainer.processes = {self.trainer.processes} runs it under torchrun; leave metrics.tensorboard_dir unset "
-                "and drop 'wandb' and 'mlflow' from metrics.sinks (the steps table in the lake has every metric), or "
-                "use trainer.processes = 1"
-            )
+        self._check_devices()
         needed = self.rl.async_level + 1
         if self.retention.keep_last is not None and self.retention.keep_last < needed:
             raise ValueError(
@@ -476,6 +470,24 @@ class RunConfig(BaseModel):
                 f"eval.tasks ({self.eval.tasks}) exceeds tasks.heldout_tasks ({self.tasks.heldout_tasks}): lower one or raise the other"
             )
         return self
+
+    def _check_devices(self) -> None:
+        """The GPUs both lanes list on one node; the rest of the plan needs the node's GPU count
+        and is made when the lanes start (flows/devices.py)."""
+        if self.lanes.deployed:
+            if self.trainer.share_devices:
+                raise ValueError(
+                    "trainer.share_devices: with the lanes on other machines (lanes.rollout_deployment, "
+                    "lanes.trainer_deployment) the servers and the trainer never share a node's GPUs; remove it"
+                )
+            return
+        both = sorted(set(self.inference.devices or []) & set(self.trainer.devices or []))
+        if both and not self.trainer.share_devices:
+            raise ValueError(
+                f"inference.devices {self.inference.devices} and trainer.devices {self.trainer.devices} both list "
+                f"GPU {both}: vLLM's KV cache and the trainer's weights would compete for its memory. Give each its "
+                "own GPUs, or set trainer.share_devices = true for a model small enough to share them"
+            )
 
     def _check_tool_calls(self) -> None:
         """Native tool calls need a chat template that lists tools: never the tiny model's own."""

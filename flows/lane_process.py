@@ -29,6 +29,7 @@ from prefect.concurrency.asyncio import concurrency
 
 from engines.lifetime import exit_with_parent, owner_env, signal_group
 from engines.trainer.lane import LaneConfig
+from engines.trainer.torchrun import trainer_environment
 from flows.metrics import MetricsConfig
 from flows.prefect_child import create_child_run
 from flows.trainer_lane import trainer_lane
@@ -60,8 +61,9 @@ class TrainerProcess:
         # (`trainer.processes` of them) uses `threads`.
         # owner_env: the lane and its ranks end themselves when this process is gone,
         # however it ended (engines/lifetime.py); the parent-death signal alone did not.
+        # trainer_environment: the lane and its ranks see the trainer's GPUs only (the device plan).
         self.env = {
-            **os.environ,
+            **trainer_environment(cfg.trainer),
             "OMP_NUM_THREADS": str(threads),
             "TOKENIZERS_PARALLELISM": "false",
             **owner_env(),

@@ -29,6 +29,7 @@ from prefect.deployments import run_deployment
 from prefect.states import Cancelling
 
 from flows.config import RunConfig
+from flows.devices import planned
 from flows.lanes_config import LanesConfig
 from flows.rollout_lane import rollout_lane
 from flows.runtime import corpus_draw, trainer_lane_config, work_dir
@@ -45,7 +46,9 @@ def result_path(run: str) -> str:
 
 @flow(name="rollout-host", log_prints=True)
 async def rollout_host(config: RunConfig) -> None:
-    """The rollout lane on a machine of its own: the corpus prepared here, the result into the lake."""
+    """The rollout lane on a machine of its own: the corpus prepared here, the servers on
+    this machine's GPUs (the device plan), the result into the lake."""
+    config = planned(config)
     store = open_store(config.storage)
     result = await rollout_lane(config, host_corpus(config))
     write_bytes_atomic(store, result_path(config.run), json.dumps(result).encode())

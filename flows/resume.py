@@ -4,7 +4,8 @@ it asks for the same thing.
 The first start of a run stores its resolved configuration in the lake (the `runs`
 table). A later start under the same name is compared with the newest stored start,
 key by key: only the step count (`rl.steps`, to extend or shorten a run), where
-the lanes run (`lanes.*`) and the override itself may differ. Anything else would mix two experiments in one run's
+the lanes run (`lanes.*`, and on which GPUs: `inference.devices`, `trainer.devices`,
+`trainer.share_devices`) and the override itself may differ. Anything else would mix two experiments in one run's
 rollouts and curves, so it is refused with every differing key listed, unless the
 configuration sets `allow_config_change = true`.
 """
@@ -19,8 +20,11 @@ from pydantic import BaseModel
 from storage import runs
 from storage.fs import Store
 
-# Where the lanes run changes no result: a run may resume on other machines.
-_PLACEMENT = {f"lanes.{k}" for k in ("rollout_deployment", "trainer_deployment", "max_restarts", "poll_interval_s")}
+# Where the lanes run changes no result: a run may resume on other machines, or other GPUs.
+_PLACEMENT = {
+    *(f"lanes.{k}" for k in ("rollout_deployment", "trainer_deployment", "max_restarts", "poll_interval_s")),
+    *("inference.devices", "trainer.devices", "trainer.share_devices"),
+}
 MAY_DIFFER = frozenset({"rl.steps", "allow_config_change", *_PLACEMENT})
 
 

@@ -27,6 +27,7 @@ from flows.artifacts import publish_step_artifacts, publish_summary
 from flows.build_tasks import build_tasks
 from flows.comparison import group_rows, heldout_comparison, heldout_groups
 from flows.config import RunConfig
+from flows.devices import planned
 from flows.lane_process import TrainerProcess
 from flows.lanes_apart import run_lanes_apart
 from flows.prefect_setup import ensure_limits
@@ -62,7 +63,9 @@ async def rl(config: RunConfig = RunConfig()) -> dict[str, Any]:
 
 async def _lanes_here(config: RunConfig, corpus: str, v0: str) -> dict[str, Any]:
     """The rollout lane in this process, the trainer lane in a supervised child process
-    (a child flow run of this one, started again up to `lanes.max_restarts` times)."""
+    (a child flow run of this one, started again up to `lanes.max_restarts` times), each
+    on its GPUs of this node (the device plan)."""
+    config = planned(config)
     work = work_dir(config)
     trainer = TrainerProcess(
         trainer_lane_config(config, v0, work / "trainer_state"),

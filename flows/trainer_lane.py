@@ -1,23 +1,27 @@
 """The trainer lane: a flow run in its own process (the rl flow starts it with
 `python -m flows.trainer_lane --config FILE`). With `trainer.processes` 1 the lane
 trains in place, a Prefect task per step; with more, the steps run under torchrun
-(one rank per process, `trainer.parallelism` applied on every rank) and this flow
-follows their published versions."""
+(one rank per process, `trainer.parallelism` applied on every rank; with trackers,
+rank 0 logs to them, flows/trainer_ranks.py) and this flow follows their published
+versions."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from contextlib import nullcontext
 
 from prefect import flow
 from prefect.concurrency.sync import concurrency
 
+from engines.devices import VISIBLE, visible_devices
 from engines.lifetime import end_with_owner
 from engines.trainer.lane import LaneConfig, TrainerLane
-from flows.metrics import MetricsConfig, MetricsSink, metrics_sink
+from engines.trainer.torchrun import LANE_ENTRY
+from flows.metrics import MetricsConfig, MetricsSink
 from flows.prefect_child import run_child
-from flows.runtime import run_work_dir
+from flows.trainer_ranks import lane_sink
 from tasks.limits import SLOT_LEASE_S, TRAINING_LIMIT
 from tasks.progress import say
 from tasks.trainer import torchrun_steps, train_step, wait_for_rollouts
@@ -33,15 +37,30 @@ def trainer_lane(config: LaneConfig, metrics: MetricsConfig | None = None, slot_
     slot = nullcontext() if slot_held else concurrency(TRAINING_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S)
     with slot:
         if config.trainer.processes > 1:
-            torchrun_steps(config, config.trainer.processes)
+            torchrun_steps(config, config.trainer.processes, rank_entry(metrics))
             return []
-        return _train_in_process(config, _sink(config, metrics or MetricsConfig(sinks=[])))
+        check_inherited_devices(config)
+        return _train_in_process(config, lane_sink(config, metrics or MetricsConfig(sinks=[])))
 
 
-def _sink(config: LaneConfig, metrics: MetricsConfig) -> MetricsSink | None:
-    """The run's trackers for this lane, their local files in the run's directory."""
-    run_dir = run_work_dir(config.storage.root, config.run)
-    return metrics_sink(metrics, "trainer", config.run, run_dir, config.model_dump(mode="json"))
+def rank_entry(metrics: MetricsConfig | None) -> tuple[str, ...]:
+    """What each torchrun rank runs: the lane's own entry, or with trackers the one whose rank 0 logs to them."""
+    if metrics is None or not metrics.writes():
+        return LANE_ENTRY
+    return ("-m", "flows.trainer_ranks", "--metrics", metrics.model_dump_json())
+
+
+def check_inherited_devices(config: LaneConfig, env: dict[str, str] | None = None) -> None:
+    """In this process the trainer sees the GPUs the process was started with: CUDA reads
+    CUDA_VISIBLE_DEVICES once, so trainer.devices can be checked here, not set."""
+    wanted = visible_devices(config.trainer.devices).get(VISIBLE)
+    seen = (os.environ if env is None else env).get(VISIBLE)
+    if wanted is not None and seen != wanted:
+        raise RuntimeError(
+            f"trainer.devices = {config.trainer.devices}: with trainer.processes = 1 the lane trains in this process, "
+            f"started with {VISIBLE}={seen!r}. Start it with {VISIBLE}={wanted} (the rl flow's own trainer process "
+            "is), use trainer.processes >= 2 (torchrun is started with them), or leave trainer.devices unset"
+        )
 
 
 def _train_in_process(config: LaneConfig, sink: MetricsSink | None = None) -> list[dict]:

@@ -8,7 +8,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from engines.trainer.lane import LaneConfig, TrainerLane
-from engines.trainer.torchrun import torchrun_lane
+from engines.trainer.torchrun import LANE_ENTRY, torchrun_lane
 from tasks.progress import say
 
 
@@ -23,6 +23,6 @@ def train_step(lane: TrainerLane, step: int) -> dict:
 
 
 @task(name="torchrun-steps", cache_policy=NO_CACHE)
-def torchrun_steps(cfg: LaneConfig, processes: int) -> int:
-    """Run the lane under torchrun; show each published version as it appears."""
-    return torchrun_lane(cfg, processes, lambda v: say(f"[trainer] published v{v}"))
+def torchrun_steps(cfg: LaneConfig, processes: int, entry: tuple[str, ...] = LANE_ENTRY) -> int:
+    """Run the lane under torchrun (each rank running `entry`); show each published version as it appears."""
+    return torchrun_lane(cfg, processes, lambda v: say(f"[trainer] published v{v}"), entry)

@@ -223,6 +223,13 @@ class InferenceConfig(BaseModel):
     num_servers: int = Field(
         1, ge=1, description="Local servers to start when server_urls is empty (data parallel across processes)."
     )
+    devices: list[int] | None = Field(
+        None,
+        description="GPUs of this node the local servers run on, in server order: server i takes the i-th "
+        "tensor_parallel_size x data-parallel-local of them, as its CUDA_VISIBLE_DEVICES. None: in a run, the "
+        "node's first GPUs (the device plan, flows/devices.py); a pool started on its own leaves the servers "
+        "every GPU. Refused on vLLM's CPU build.",
+    )
     host: str = Field("127.0.0.1", description="Interface local servers listen on.")
     base_port: int = Field(
         0, ge=0, le=65535, description="First port of local servers (then +1 each); 0 picks free ports."
@@ -349,7 +356,51 @@ class InferenceConfig(BaseModel):
                 f"num_servers ({self.num_servers}) is not read with cluster.disaggregation: set "
                 "cluster.disaggregation.num_prefill_servers and num_decode_servers instead"
             )
+        if self.devices is not None:
+            self._check_devices(self.devices)
         return self
+
+    def _check_devices(self, devices: list[int]) -> None:
+        """`devices` holds exactly the GPUs the local servers take, each once."""
+        if not self.local:
+            raise ValueError(
+                "devices places the local servers, and with server_urls none is started here: leave devices unset"
+            )
+        if any(d < 0 for d in devices) or len(set(devices)) < len(devices):
+            raise ValueError(f"devices {devices}: list GPU indices of this node (0, 1, ...), each once")
+        if len(devices) != self.local_devices:
+            raise ValueError(
+                f"devices lists {len(devices)} GPU(s) but the local servers need {self.local_devices}: "
+                f"{self.local_servers} server(s) x {self.devices_per_server} (cluster.tensor_parallel_size x the "
+                "data-parallel ranks on this node); list that many, or leave devices unset"
+            )
+
+    @property
+    def local_servers(self) -> int:
+        """Servers the pool starts on this node (prefill and decode ones with disaggregation)."""
+        if not self.local:
+            return 0
+        d = self.cluster.disaggregation
+        return self.num_servers if d is None else d.num_prefill_servers + d.num_decode_servers
+
+    @property
+    def devices_per_server(self) -> int:
+        """GPUs one local server runs on: its tensor-parallel ranks times its data-parallel ranks on this node."""
+        c = self.cluster
+        local = c.data_parallel_size if c.data_parallel_size_local is None else c.data_parallel_size_local
+        return c.tensor_parallel_size * local
+
+    @property
+    def local_devices(self) -> int:
+        """GPUs all local servers take together."""
+        return self.local_servers * self.devices_per_server
+
+    def server_devices(self, index: int) -> list[int] | None:
+        """The GPUs of local server `index`; None when `devices` is unset (it sees every GPU)."""
+        if self.devices is None:
+            return None
+        k = self.devices_per_server
+        return self.devices[index * k : (index + 1) * k]
 
     @property
     def local(self) -> bool:

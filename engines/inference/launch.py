@@ -15,6 +15,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from engines.devices import visible_devices
 from engines.inference.config import ClusterOptions, InferenceConfig
 from engines.inference.disaggregation import kv_transfer_config
 from engines.inference.types import KvRole
@@ -82,6 +83,8 @@ def check_supported(cfg: InferenceConfig, cpu_build: bool) -> None:
         refused.append(
             f"cluster.all2all_backend={c.all2all_backend!r}: a GPU kernel library; unset it on the CPU build"
         )
+    if cfg.devices is not None:
+        refused.append(f"devices={cfg.devices}: the CPU build runs on no GPU; leave devices unset")
     if cfg.block_size is not None and cfg.block_size % CPU_BLOCK_MULTIPLE:
         refused.append(
             f"block_size={cfg.block_size}: the CPU build's attention kernels take multiples of {CPU_BLOCK_MULTIPLE}"
@@ -178,6 +181,7 @@ def server_environment(cfg: InferenceConfig, cpu_build: bool, index: int = 0) ->
     # /collective_rpc (in-place weight reload) and /reset_prefix_cache are dev routes.
     env["VLLM_SERVER_DEV_MODE"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(EXTENSION_DIR), env.get("PYTHONPATH", "")) if p)
+    env.update(visible_devices(cfg.server_devices(index)))  # this server's GPUs only (the device plan)
     if cpu_build:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gb)))  # whole GB
         env["OMP_NUM_THREADS"] = str(cfg.server_threads)

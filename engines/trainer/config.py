@@ -130,6 +130,18 @@ class TrainerConfig(BaseModel):
         description="Trainer ranks: 1 trains in the lane's process; more run the lane under torchrun "
         "(one rank per process: a GPU each on GPU machines, a gloo rank on CPU).",
     )
+    devices: list[int] | None = Field(
+        None,
+        description="GPUs of this node the trainer ranks run on, one per rank (trainer.processes of them), given "
+        "to the lane process or torchrun as CUDA_VISIBLE_DEVICES; rank r takes the r-th. None: in a run, the GPUs "
+        "after the servers' (the device plan, flows/devices.py); on a node of its own, the first ones.",
+    )
+    share_devices: bool = Field(
+        False,
+        description="Let the trainer run on GPUs the local servers also use (a small model on a one-GPU node; "
+        "inference.kv_cache_gb bounds vLLM's share of the memory). False: a GPU listed by both inference.devices "
+        "and trainer.devices is refused, and the default plan gives the trainer GPUs of its own.",
+    )
     parallelism: Literal["ddp", "fsdp2", "fsdp2_ep"] = Field(
         "ddp",
         description="ddp: every rank holds the whole model (Accelerate DDP). fsdp2: torch fully_shard per decoder "
@@ -172,7 +184,18 @@ class TrainerConfig(BaseModel):
         if not (0 <= b1 < 1 and 0 <= b2 < 1):
             raise ValueError(f"betas: both must be in [0, 1), got {self.betas}")
         self._check_parallelism()
+        if self.devices is not None:
+            self._check_devices(self.devices)
         return self
+
+    def _check_devices(self, devices: list[int]) -> None:
+        if any(d < 0 for d in devices) or len(set(devices)) < len(devices):
+            raise ValueError(f"devices {devices}: list GPU indices of this node (0, 1, ...), each once")
+        if len(devices) != self.processes:
+            raise ValueError(
+                f"devices lists {len(devices)} GPU(s) for {self.processes} trainer rank(s) (processes): one GPU per "
+                "rank; list that many, or leave devices unset"
+            )
 
     def _check_parallelism(self) -> None:
         ep, cp, n = self.expert_parallel_size, self.context_parallel_size, self.processes

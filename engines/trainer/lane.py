@@ -198,9 +198,10 @@ class TrainerLane:
         self.trainee.replay.close()
 
 
-def train_steps(cfg: LaneConfig) -> list[dict]:
-    """Run the lane's steps (resuming from saved state); returns each trained step's metrics."""
-    return TrainerLane(cfg).run()
+def train_steps(cfg: LaneConfig, on_step: Callable[[int, dict], None] | None = None) -> list[dict]:
+    """Run the lane's steps (resuming from saved state), `on_step(step, metrics)` after
+    each; returns each trained step's metrics."""
+    return TrainerLane(cfg).run(on_step=on_step)
 
 
 def _summary(m: dict) -> str:
@@ -214,17 +215,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="JSON file holding a LaneConfig")
     args = parser.parse_args(argv)
+    start_rank()
+    train_steps(LaneConfig.from_file(args.config))
+    leave_group()
+    return 0
+
+
+def start_rank() -> None:
+    """Set up this process as a rank of the lane (or its only process): its lifetime and its log lines."""
     if "TORCHELASTIC_RUN_ID" in os.environ:
         # torchrun starts each rank in a session of its own, out of reach of a kill of
         # its group: a rank ends when torchrun does, and when the run that owns the lane does.
         exit_with_parent_now()
     end_with_owner()
     logging.basicConfig(level=logging.INFO, format="[trainer] %(message)s", stream=sys.stdout)
-    train_steps(LaneConfig.from_file(args.config))
+
+
+def leave_group() -> None:
+    """After the last step: wait for the other ranks, then leave the process group."""
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":

@@ -11,12 +11,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 import torch
 
+from engines.devices import visible_devices
 from engines.lifetime import exit_with_parent
+from engines.trainer.config import TrainerConfig
 from engines.trainer.lane import LaneConfig
 from storage import checkpoints
 from storage.fs import open_store
@@ -39,15 +41,33 @@ def exit_rank() -> NoReturn:
     os._exit(0)
 
 
-def torchrun_lane(cfg: LaneConfig, processes: int, on_publish: Callable[[int], None] = lambda v: None) -> int:
-    """Run `python -m engines.trainer.lane` under torchrun until it exits; calls
-    `on_publish` with each newly published version. Returns the newest seen (-1: none)."""
+# What each rank runs: the lane's own entry point (the rl flow's tracker-writing one
+# is flows/trainer_ranks.py); `--config FILE` is appended.
+LANE_ENTRY = ("-m", "engines.trainer.lane")
+
+
+def trainer_environment(trainer: TrainerConfig, base: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The environment the trainer starts with: `base`, showing only `trainer.devices`
+    when set (its ranks take cuda:LOCAL_RANK among them)."""
+    return {**base, **visible_devices(trainer.devices)}
+
+
+def torchrun_lane(
+    cfg: LaneConfig,
+    processes: int,
+    on_publish: Callable[[int], None] = lambda v: None,
+    entry: Sequence[str] = LANE_ENTRY,
+) -> int:
+    """Run `entry` (the lane's steps, by default `python -m engines.trainer.lane`) under
+    torchrun until it exits; calls `on_publish` with each newly published version.
+    Returns the newest seen (-1: none)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         f.write(cfg.model_dump_json())
     # torchrun stays in this process's group (a group kill of the lane reaches it) and
     # ends when this process does; on SIGTERM it stops its ranks first.
     proc = subprocess.Popen(
-        torchrun_command(processes, "-m", "engines.trainer.lane", "--config", f.name),
+        torchrun_command(processes, *entry, "--config", f.name),
+        env=trainer_environment(cfg.trainer),
         preexec_fn=functools.partial(exit_with_parent, os.getpid(), signal.SIGTERM),
     )
     store, seen = open_store(cfg.storage), -1

@@ -334,3 +334,33 @@ def test_each_corpus_task_option_changes_the_runs_draw(tmp_path: Path) -> None:
         assert drawn(*overrides) != default, overrides
     with pytest.raises(ValueError, match=r"eval\.tasks \(20\) exceeds the 10 held-out tasks the run takes"):
         drawn("--tasks.heldout_tasks", "20", "--eval.tasks", "20")
+
+
+# The device plan's fields, each with a changed value validation accepts.
+DEVICE_FIELDS: dict[str, list[str]] = {
+    "inference.devices": ["--inference.devices", "[1]"],
+    "trainer.devices": ["--trainer.devices", "[0]", "--inference.devices", "[1]"],
+    "trainer.share_devices": ["--trainer.share_devices", "true"],
+}
+
+
+def test_device_fields_are_all_covered() -> None:
+    keys = {key for key, _ in fields(RunConfig)}
+    assert {k for k in keys if k.endswith("devices")} == set(DEVICE_FIELDS)
+
+
+@pytest.mark.parametrize("key", sorted(DEVICE_FIELDS))
+def test_each_device_option_changes_what_the_processes_see(key: str) -> None:
+    """Each field changes the GPUs a server or the trainer starts with, on a node of 2 GPUs
+    (trainer.share_devices: both on GPU 0 instead of one each)."""
+    from engines.trainer.torchrun import trainer_environment
+    from flows.config_loader import load_config
+    from flows.devices import device_plan
+
+    def seen(overrides: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+        config = load_config(RunConfig, None, overrides)
+        placed = device_plan(config, gpus=2).apply(config)
+        return launch.server_environment(placed.inference, cpu_build=False), trainer_environment(placed.trainer, {})
+
+    side = 0 if key.startswith("inference") else 1  # the server's environment, or the trainer's
+    assert seen(DEVICE_FIELDS[key])[side] != seen([])[side], f"{key} changes nothing the processes it places see"

@@ -294,7 +294,6 @@ def test_a_sink_whose_library_is_missing_is_refused_naming_the_extra(sink: str) 
         (["--metrics.wandb_mode", "online"], "lacks 'wandb'"),
         (["--metrics.sinks", '["wandb"]', "--metrics.tensorboard_dir", "tb"], "lacks 'tensorboard'"),
         (["--metrics.sinks", '["wandb", "wandb"]'], "more than once"),
-        (["--metrics.sinks", '["wandb"]', "--trainer.processes", "2"], "in-process only"),
     ],
 )
 def test_tracker_options_nothing_would_use_are_refused(overrides: list[str], message: str) -> None:
