@@ -2,7 +2,7 @@
 MLflow, beside the Parquet `steps` table and the Prefect artifacts (which stay the
 record of the run).
 
-    sink = metrics_sink(config.metrics, "rollout", run, run_dir)   # None when no sink writes
+    sink = metrics_sink(config.metrics, "rollout", run, run_dir)   # flows/sinks.py; None when none writes
     sink.log(step, {"reward_mean": 0.4}, "rollout")                # rollout/reward_mean at `step`
     sink.log_evaluation(0, "before", {"pass@1": 0.21, ...})        # a row of the held-out table
     sink.close()
@@ -12,7 +12,8 @@ sink: TensorBoard gets an event file per lane in one folder (shown as one run, t
 prefixed `rollout/` and `trainer/`), W&B a run per lane in one group named after the
 tandem run, MLflow a run per lane tagged with the tandem run's name. Only scalars
 (ints, floats, bools) are logged; text and lists stay in Parquet. Each tracker's
-library is an optional extra, imported only when its sink is chosen (flows/trackers.py).
+library is an optional extra, imported only when its sink is chosen (flows/sinks.py picks
+the sinks; flows/trackers.py holds W&B's and MLflow's).
 """
 
 from __future__ import annotations
@@ -163,26 +164,3 @@ class SinkGroup:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
-
-
-def metrics_sink(
-    config: MetricsConfig, lane: str, run: str, run_dir: Path, settings: Mapping[str, Any] | None = None
-) -> MetricsSink | None:
-    """The sinks `config` asks for, for one lane ('rollout', 'trainer') of run `run`; None
-    when none writes. `run_dir` holds the local trackers' files; `settings` (the lane's
-    resolved configuration) becomes the W&B config and the MLflow params."""
-    from flows.trackers import MlflowSink, WandbSink
-
-    sinks: list[MetricsSink] = []
-    try:
-        for name in config.sinks:
-            if name == "tensorboard" and config.tensorboard_dir:
-                sinks.append(TensorBoardSink(config.tensorboard_dir, lane))
-            elif name == "wandb":
-                sinks.append(WandbSink(config, lane, run, run_dir, settings or {}))
-            elif name == "mlflow":
-                sinks.append(MlflowSink(config, lane, run, run_dir, settings or {}))
-    except BaseException:
-        SinkGroup(sinks).close()  # the ones already open are finished, not left running
-        raise
-    return SinkGroup(sinks) if sinks else None

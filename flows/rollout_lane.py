@@ -19,8 +19,9 @@ from engines.env.types import Task
 from engines.rollout.lane import RolloutLane
 from flows.artifacts import publish_step_artifacts
 from flows.config import RunConfig
-from flows.metrics import MetricsSink, metrics_sink
+from flows.metrics import MetricsSink
 from flows.runtime import open_rollout_lane, work_dir
+from flows.sinks import metrics_sink
 from storage.atomic import write_bytes_atomic
 from storage.fs import open_store
 from tasks.limits import ROLLOUT_LIMIT, SLOT_LEASE_S

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 
 from engines.handoff import work_dir
 from engines.trainer.lane import LaneConfig, leave_group, start_rank, train_steps
-from flows.metrics import MetricsConfig, MetricsSink, metrics_sink
+from flows.metrics import MetricsConfig, MetricsSink
+from flows.sinks import metrics_sink
 
 
 def logs_to_trackers(env: Mapping[str, str] = os.environ) -> bool:

@@ -11,7 +11,8 @@ from tensorboardX.proto.event_pb2 import Event
 
 from flows.config import RunConfig
 from flows.config_loader import load_config
-from flows.metrics import SinkGroup, TensorBoardSink, metrics_sink
+from flows.metrics import SinkGroup, TensorBoardSink
+from flows.sinks import metrics_sink
 
 
 def read_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
