@@ -20,6 +20,8 @@ run test builds them, so the suite's time stays where it was):
 - glm: GLM-4.5's own template on a Glm4Moe model: nothing closes an assistant message;
   the model's turn ends at the role token that opens the next message (`<|observation|>`,
   `<|user|>`), which its generation config lists as eos ids with `<|endoftext|>`.
+- qwen3_coder: Qwen3-Coder's own template on a Qwen3-MoE: ChatML turns, tools listed as
+  XML, calls as <tool_call><function=NAME><parameter=K>..., no thinking switch.
 
 Built by `build_chat_model(family, out)` in a couple of seconds (`chat_tokenizer(name)`
 for the tokenizer alone, `chat_tokenizer_dir(name, out)` with its generation config);
@@ -190,6 +192,95 @@ GLM_TEMPLATE = (
 )
 
 
+# Qwen3-Coder's chat template as Qwen/Qwen3-Coder-30B-A3B-Instruct publishes it (chat_template.jinja), read
+# from the copy vLLM ships as examples/tool_chat_template_qwen3coder.jinja at
+# 7a3bde4c9988d419449263a80f79e5d586e872a4 (6211 bytes, the size of llama.cpp's models/templates/Qwen3-Coder.jinja
+# in a mirror at 71768d0036b49cd39208c0905183203c0f62e8d9); the Hub file's own revision was not read. Written anew
+# here, rendering the same text for system, user, assistant (content or `tool_calls` with dict arguments) and tool
+# messages, with and without tools (compared with that text). What it does:
+# - ChatML turns closed by <|im_end|>\n; no thinking switch (Qwen3-Coder does not reason);
+# - tools: the system turn (a default one when there is none) lists each tool as XML (<function><name>,
+#   <description>, <parameters> with one <parameter> per property, other schema keys as <KEY>VALUE</KEY>, lists
+#   and mappings as JSON), then shows the call format;
+# - a call: <tool_call>\n<function=NAME>\n<parameter=K>\nV\n</parameter>\n</function>\n</tool_call>, non-text
+#   values as JSON (a number as its text), calls one after another; any content before them, trimmed;
+# - tool messages: one user turn per run of them, each in <tool_response> tags.
+QWEN3_CODER_TEMPLATE = (
+    "{%- macro schema_keys(d, handled) -%}"
+    "{%- if d is mapping -%}{%- for k in d if k not in handled -%}"
+    "{%- set v = d[k] -%}"
+    "{{- '\n<' ~ k ~ '>' ~ ((v | tojson) if v is mapping or (v is sequence and v is not string) else (v | string)) "
+    "~ '</' ~ k ~ '>' -}}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- endmacro -%}"
+    "{%- set listed = tools is defined and tools is iterable and tools | length > 0 -%}"
+    "{%- set own_system = messages[0].role == 'system' -%}"
+    "{%- if own_system or listed -%}"
+    "{{- '<|im_start|>system\n' + (messages[0].content if own_system else "
+    "'You are Qwen, a helpful AI assistant that can interact with a computer to solve tasks.') -}}"
+    "{%- if listed -%}"
+    "{{- '\n\n# Tools\n\nYou have access to the following functions:\n\n<tools>' -}}"
+    "{%- for t in tools -%}"
+    "{%- set f = t.function if t.function is defined else t -%}"
+    "{{- '\n<function>\n<name>' ~ f.name ~ '</name>' -}}"
+    "{%- if f.description is defined -%}{{- '\n<description>' ~ (f.description | trim) ~ '</description>' -}}"
+    "{%- endif -%}"
+    "{{- '\n<parameters>' -}}"
+    "{%- if f.parameters is defined and f.parameters is mapping and f.parameters.properties is defined "
+    "and f.parameters.properties is mapping -%}"
+    "{%- for name, p in f.parameters.properties | items -%}"
+    "{{- '\n<parameter>\n<name>' ~ name ~ '</name>' -}}"
+    "{%- if p.type is defined -%}{{- '\n<type>' ~ (p.type | string) ~ '</type>' -}}{%- endif -%}"
+    "{%- if p.description is defined -%}{{- '\n<description>' ~ (p.description | trim) ~ '</description>' -}}"
+    "{%- endif -%}"
+    "{{- schema_keys(p, ['name', 'type', 'description']) ~ '\n</parameter>' -}}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{{- schema_keys(f.parameters, ['type', 'properties']) ~ '\n</parameters>' -}}"
+    "{{- schema_keys(f, ['type', 'name', 'description', 'parameters']) ~ '\n</function>' -}}"
+    "{%- endfor -%}"
+    "{{- '\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n"
+    "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"
+    "<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n"
+    "</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified "
+    "format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n"
+    "- Required parameters MUST be specified\n- You may provide optional reasoning for your function call in "
+    "natural language BEFORE the function call, but NOT after\n- If there is no function call available, answer "
+    "the question like normal with your current knowledge and do not tell the user about function calls\n"
+    "</IMPORTANT>' -}}"
+    "{%- endif -%}"
+    "{{- '<|im_end|>\n' -}}"
+    "{%- endif -%}"
+    "{%- for m in (messages[1:] if own_system else messages) -%}"
+    "{%- if m.role == 'assistant' and m.tool_calls is defined and m.tool_calls is iterable "
+    "and m.tool_calls | length > 0 -%}"
+    "{{- '<|im_start|>assistant' -}}"
+    "{%- if m.content is defined and m.content is string and m.content | trim | length > 0 -%}"
+    "{{- '\n' + (m.content | trim) + '\n' -}}"
+    "{%- endif -%}"
+    "{%- for c in m.tool_calls -%}"
+    "{%- set call = c.function if c.function is defined else c -%}"
+    "{{- '\n<tool_call>\n<function=' + call.name + '>\n' -}}"
+    "{%- if call.arguments is defined -%}{%- for k, v in call.arguments | items -%}"
+    "{{- '<parameter=' + k + '>\n' "
+    "+ ((v | tojson) if v is mapping or (v is sequence and v is not string) else (v | string)) "
+    "+ '\n</parameter>\n' -}}"
+    "{%- endfor -%}{%- endif -%}"
+    "{{- '</function>\n</tool_call>' -}}"
+    "{%- endfor -%}"
+    "{{- '<|im_end|>\n' -}}"
+    "{%- elif m.role == 'tool' -%}"
+    "{%- if loop.previtem and loop.previtem.role != 'tool' -%}{{- '<|im_start|>user\n' -}}{%- endif -%}"
+    "{{- '<tool_response>\n' + m.content + '\n</tool_response>\n' -}}"
+    "{%- if loop.last or loop.nextitem.role != 'tool' -%}{{- '<|im_end|>\n' -}}{%- endif -%}"
+    "{%- else -%}"
+    "{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}"
+)
+
+
 @dataclass(frozen=True)
 class TemplateFamily:
     family: str  # engines/model/families.py
@@ -264,6 +355,21 @@ TEMPLATES: dict[str, TemplateFamily] = {
         generation_eos=("<|endoftext|>", "<|user|>", "<|observation|>"),
         end_of_turn="<|observation|>",  # nothing closes a turn; the model stops at the next header
     ),
+    "qwen3_coder": TemplateFamily(
+        "qwen3_moe",  # Qwen3-Coder-30B-A3B-Instruct is a Qwen3MoeForCausalLM
+        QWEN3_CODER_TEMPLATE,
+        (
+            "<|endoftext|>",
+            "<|im_start|>",
+            "<|im_end|>",
+            *("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"),
+        ),
+        eos="<|im_end|>",  # tokenizer_config.json: eos <|im_end|>, pad <|endoftext|>, no bos
+        pad="<|endoftext|>",
+        bos=None,
+        generation_eos=("<|im_end|>", "<|endoftext|>"),  # generation_config.json's eos_token_id [151645, 151643]
+        end_of_turn="<|im_end|>",
+    ),
 }
 # The family whose run also carries the trackers (tests/flows/test_trackers.py), one run for both.
 TRACKED_FAMILY = "chatml"
@@ -274,6 +380,7 @@ EXTRA_TEXTS: dict[str, list[str]] = {
     "qwen3": ["<think>\nthe test fails: fix add\n</think>\n\n"],
     "olmoe": ["<|system|>\n", "<|user|>\n", "<|assistant|>\n"],
     "glm": ["<|assistant|>\n<think>the test fails: fix add</think>\n", "\n<tool_response>\n", "/nothink"],
+    "qwen3_coder": ["<function=view>\n<parameter=path>\nm.py\n</parameter>\n</function>\n", "<tool_response>\n"],
 }
 
 
