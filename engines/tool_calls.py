@@ -20,6 +20,7 @@ holds exactly one call: several are refused, not cut to the first.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -237,8 +238,13 @@ def template_supports_tools(model_dir: str) -> bool | None:
 
 
 def template_has_thinking_switch(model_dir: str) -> bool | None:
-    """Whether the checkpoint's chat template reads `enable_thinking` (None: no template
-    found to check). A cheap check at configuration time; the chat format compares the
-    renderings themselves when the model is loaded."""
+    """Whether the checkpoint's chat template reads `enable_thinking` (Qwen3, GLM) or
+    `thinking` (DeepSeek-V3.1) (None: no template found to check). A cheap check at
+    configuration time; the chat format compares the renderings themselves when the
+    model is loaded."""
     templates = chat_templates(model_dir)
-    return None if templates is None else any("enable_thinking" in t for t in templates)
+    return None if templates is None else any(_THINKING_VARIABLE.search(t) for t in templates)
+
+
+# Either switch named inside a Jinja tag ({% if thinking %}, {{ ... enable_thinking ... }}), not in prompt text.
+_THINKING_VARIABLE = re.compile(r"\{[{%][^}]*\b(enable_)?thinking\b")

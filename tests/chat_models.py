@@ -22,6 +22,9 @@ run test builds them, so the suite's time stays where it was):
   `<|user|>`), which its generation config lists as eos ids with `<|endoftext|>`.
 - qwen3_coder: Qwen3-Coder's own template on a Qwen3-MoE: ChatML turns, tools listed as
   XML, calls as <tool_call><function=NAME><parameter=K>..., no thinking switch.
+- deepseek_v31: DeepSeek-V3.1's own template on a DeepSeek-V3: turns closed by the eos,
+  tool outputs followed by no generation prompt, a `thinking` switch that opens <think>
+  in the generation prompt after a user message, and earlier reasoning dropped.
 
 Built by `build_chat_model(family, out)` in a couple of seconds (`chat_tokenizer(name)`
 for the tokenizer alone, `chat_tokenizer_dir(name, out)` with its generation config);
@@ -281,6 +284,73 @@ QWEN3_CODER_TEMPLATE = (
 )
 
 
+# DeepSeek-V3.1's chat template as deepseek-ai/DeepSeek-V3.1 publishes it (tokenizer_config.json), read from the
+# template a DeepSeek-V3.1 GGUF prints at start-up (a server log quoted in ik_llama.cpp's issues) and llama.cpp's
+# models/templates/deepseek-ai-DeepSeek-V3.1.jinja at 0374c5b6e4c19370262d93e2c3f2a98c9af9fe1f (which also reads
+# enable_thinking, its own addition); the Hub file's own revision was not read. Written anew here, rendering the
+# same text for system, user, assistant (content or `tool_calls` with JSON-text arguments) and tool messages, with
+# `thinking` true, false or unset (compared with that text). What it does:
+# - the bos token, then every system message's text joined by blank lines;
+# - <｜User｜>TEXT; an assistant message after a user one opens with <｜Assistant｜></think> (its reasoning dropped:
+#   only the text after a </think> is kept), one after a tool output is its content as written; every assistant
+#   message ends with <｜end▁of▁sentence｜>, the eos;
+# - tool outputs: <｜tool▁output▁begin｜>TEXT<｜tool▁output▁end｜>, and no generation prompt after them: the
+#   model's next turn follows at once;
+# - the thinking switch is `thinking` (default off): the generation prompt after a user message is
+#   <｜Assistant｜><think> with it on, <｜Assistant｜></think> with it off;
+# - calls: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGUMENTS<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>.
+# The published template renders no tools; with tools this one adds the tool prompt the model card lays out after
+# the system prompt ("## Tools", a "### NAME" / "Description:" / "Parameters: JSON" block per tool, the call
+# format), as Ollama's DeepSeek renderer writes it at 7b95087b9d26f371f78cd8af3144d9f5575e890c.
+DEEPSEEK_V31_TEMPLATE = (
+    "{%- set think = thinking if thinking is defined else false -%}"
+    "{%- set ns = namespace(system='', first=true, after_user=false, after_tool=false) -%}"
+    "{%- for m in messages if m.role == 'system' -%}"
+    "{%- set ns.system = ('' if ns.first else ns.system + '\n\n') + m.content -%}{%- set ns.first = false -%}"
+    "{%- endfor -%}"
+    "{%- if tools is defined and tools -%}"
+    "{%- set ns.system = ns.system + '\n\n## Tools\nYou have access to the following tools:\n' -%}"
+    "{%- for t in tools -%}"
+    "{%- set ns.system = ns.system + '\n### ' + t.function.name + '\nDescription: ' + t.function.description "
+    "+ '\n\nParameters: ' + (t.function.parameters | tojson) + '\n' -%}"
+    "{%- endfor -%}"
+    "{%- set ns.system = ns.system + '\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments<｜tool▁call▁end｜>"
+    "{{additional_tool_calls}}<｜tool▁calls▁end｜>\n\nWhere:\n\n- `tool_call_name` must be an exact match to one of "
+    "the available tools\n- `tool_call_arguments` must be valid JSON that strictly follows the tool\\'s Parameters "
+    "Schema\n- For multiple tool calls, chain them directly without separators or spaces\n' -%}"
+    "{%- endif -%}"
+    "{{- bos_token + ns.system -}}"
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'user' -%}"
+    "{{- '<｜User｜>' + m.content -}}"
+    "{%- set ns.after_user = true -%}{%- set ns.after_tool = false -%}"
+    "{%- elif m.role == 'assistant' and m.tool_calls is defined and m.tool_calls is not none -%}"
+    "{%- if ns.after_user -%}{{- '<｜Assistant｜></think>' -}}{%- endif -%}"
+    "{%- for c in m.tool_calls -%}"
+    "{%- if loop.first -%}{{- ('' if m.content is none else m.content) + '<｜tool▁calls▁begin｜>' -}}{%- endif -%}"
+    "{{- '<｜tool▁call▁begin｜>' + c.function.name + '<｜tool▁sep｜>' + c.function.arguments + '<｜tool▁call▁end｜>' -}}"
+    "{%- endfor -%}"
+    "{{- '<｜tool▁calls▁end｜><｜end▁of▁sentence｜>' -}}"
+    "{%- set ns.after_user = false -%}{%- set ns.after_tool = false -%}"
+    "{%- elif m.role == 'assistant' -%}"
+    "{%- if ns.after_user -%}"
+    "{{- '<｜Assistant｜>' + ('<think>' if m.prefix is defined and m.prefix and think else '</think>') -}}"
+    "{%- endif -%}"
+    "{%- set kept = m.content if ns.after_tool or '</think>' not in m.content else m.content.split('</think>', 1)[1] -%}"
+    "{{- kept + '<｜end▁of▁sentence｜>' -}}"
+    "{%- set ns.after_user = false -%}{%- set ns.after_tool = false -%}"
+    "{%- elif m.role == 'tool' -%}"
+    "{{- '<｜tool▁output▁begin｜>' + m.content + '<｜tool▁output▁end｜>' -}}"
+    "{%- set ns.after_user = false -%}{%- set ns.after_tool = true -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt and ns.after_user and not ns.after_tool -%}"
+    "{{- '<｜Assistant｜>' + ('<think>' if think else '</think>') -}}"
+    "{%- endif -%}"
+)
+
+
 @dataclass(frozen=True)
 class TemplateFamily:
     family: str  # engines/model/families.py
@@ -370,6 +440,27 @@ TEMPLATES: dict[str, TemplateFamily] = {
         generation_eos=("<|im_end|>", "<|endoftext|>"),  # generation_config.json's eos_token_id [151645, 151643]
         end_of_turn="<|im_end|>",
     ),
+    "deepseek_v31": TemplateFamily(
+        "deepseek_v3",  # DeepSeek-V3.1 is a DeepseekV3ForCausalLM
+        DEEPSEEK_V31_TEMPLATE,
+        (
+            *(
+                "<｜begin▁of▁sentence｜>",
+                "<｜end▁of▁sentence｜>",
+                "<｜User｜>",
+                "<｜Assistant｜>",
+                "<think>",
+                "</think>",
+            ),
+            *("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>"),
+            *("<｜tool▁sep｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"),
+        ),
+        eos="<｜end▁of▁sentence｜>",  # tokenizer_config.json: bos <｜begin▁of▁sentence｜>, eos and pad <｜end▁of▁sentence｜>
+        pad="<｜end▁of▁sentence｜>",
+        bos="<｜begin▁of▁sentence｜>",
+        generation_eos=("<｜end▁of▁sentence｜>",),  # generation_config.json's eos_token_id 1
+        end_of_turn="<｜end▁of▁sentence｜>",
+    ),
 }
 # The family whose run also carries the trackers (tests/flows/test_trackers.py), one run for both.
 TRACKED_FAMILY = "chatml"
@@ -381,6 +472,7 @@ EXTRA_TEXTS: dict[str, list[str]] = {
     "olmoe": ["<|system|>\n", "<|user|>\n", "<|assistant|>\n"],
     "glm": ["<|assistant|>\n<think>the test fails: fix add</think>\n", "\n<tool_response>\n", "/nothink"],
     "qwen3_coder": ["<function=view>\n<parameter=path>\nm.py\n</parameter>\n</function>\n", "<tool_response>\n"],
+    "deepseek_v31": ["<｜Assistant｜></think>", "<｜tool▁output▁begin｜>", "the test fails: look at add</think>"],
 }
 
 

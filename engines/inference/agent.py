@@ -199,7 +199,7 @@ class AgentLoop:
             closed_by = turn.token_ids[-1] if turn.token_ids and turn.token_ids[-1] in self.chat.stop_ids else None
             action = self.decode(turn.token_ids[:-1] if closed_by is not None else turn.token_ids)
             messages.append({"role": "assistant", "content": action})
-            result = await self._step(env, action)
+            result = await self._step(env, action, after_observation=ep.num_turns > 1)
             if result.done:
                 return "submitted"
             tool_message = {"role": self.chat.observation_role, "content": self._cut(result.observation)}
@@ -211,12 +211,12 @@ class AgentLoop:
             ep.loss_mask += [False] * len(observation)
             ep.completion_logprobs += [0.0] * len(observation)
 
-    async def _step(self, env: EpisodeEnv, text: str) -> Observation:
+    async def _step(self, env: EpisodeEnv, text: str, after_observation: bool) -> Observation:
         """The environment's answer to a model turn: its action part (reasoning set aside)
         as text, a tool call as the text action it stands for. Malformed text goes to the
         environment, which answers it; a malformed call or unclosed reasoning is answered
         here, without a step."""
-        _, action_text = self.chat.split_turn(text)
+        _, action_text = self.chat.split_turn(text, after_observation)
         if action_text is None:
             return Refused(f"error: {UNCLOSED_REASONING}")
         if self.cfg.tool_format == "text":
@@ -226,10 +226,11 @@ class AgentLoop:
             return Refused(f"error: {action.message}")
         return await self._in_thread(env.step, action)
 
-    def turn_action(self, text: str) -> str | InvalidAction:
+    def turn_action(self, text: str, after_observation: bool = False) -> str | InvalidAction:
         """The text action (engines/protocol.py) a model turn stands for in this loop's
-        format and template, or why it is none: what counts as a valid action."""
-        _, action_text = self.chat.split_turn(text)
+        format and template, or why it is none: what counts as a valid action. Every turn
+        but an episode's first follows an observation (ChatFormat.split_turn)."""
+        _, action_text = self.chat.split_turn(text, after_observation)
         if action_text is None:
             return InvalidAction(UNCLOSED_REASONING)
         if self.cfg.tool_format != "text":
@@ -241,7 +242,7 @@ class AgentLoop:
         """How many of an episode's model turns were valid actions (a step where none
         was is a step the policy learns nothing from: engines/rollout/step.py warns)."""
         turns = [str(m.get("content") or "") for m in messages if m.get("role") == "assistant"]
-        return sum(not isinstance(self.turn_action(t), InvalidAction) for t in turns)
+        return sum(not isinstance(self.turn_action(t, k > 0), InvalidAction) for k, t in enumerate(turns))
 
     def _params(self, max_tokens: int, seed: int | None, turn: int) -> SamplingParams:
         s = self.cfg.sampling

@@ -245,9 +245,10 @@ class InferenceConfig(BaseModel):
     )
     thinking: Literal["off", "on"] | None = Field(
         None,
-        description="The chat template's thinking switch (enable_thinking, as Qwen3's): 'on' or 'off'; None: the "
-        "template's own default. With thinking a turn is <think>REASONING</think>ACTION: the reasoning stays in the "
-        "ids and the loss, only ACTION is parsed. Refused for a template without the switch.",
+        description="The chat template's thinking switch (enable_thinking, as Qwen3's; thinking, as "
+        "DeepSeek-V3.1's): 'on' or 'off'; None: the template's own default. With thinking a turn is "
+        "<think>REASONING</think>ACTION: the reasoning stays in the ids and the loss, only ACTION is parsed. Refused "
+        "for a template without the switch.",
     )
     max_model_len: int = Field(1024, ge=16, description="Context length of each server in tokens (prompt + all turns).")
     kv_cache_gb: float = Field(
@@ -340,7 +341,8 @@ class InferenceConfig(BaseModel):
         if self.thinking is not None and template_has_thinking_switch(self.model_dir) is False:
             raise ValueError(
                 f"thinking={self.thinking!r}: the chat template in {self.model_dir} has no thinking switch "
-                "(it never reads enable_thinking), so the setting would change nothing; leave thinking unset"
+                "(it never reads enable_thinking or thinking), so the setting would change nothing; leave thinking "
+                "unset"
             )
         for url in self.server_urls:
             if not url.startswith(("http://", "https://")):

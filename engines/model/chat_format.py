@@ -36,10 +36,14 @@ or `observation` where it has one, else `user` (a template without a tool role, 
 OLMoE-Instruct's, silently skips other roles). Every new message's text is checked to be
 in its continuation, so no observation is ever dropped without an error.
 
-Thinking: templates with a thinking switch (Qwen3's `enable_thinking`) render with the
-switch as `inference.thinking` sets it, or as the template's default; a model turn is
-then `<think>REASONING</think>ACTION`, kept whole in the ids, and `split_reasoning`
-separates the ACTION that is parsed.
+Thinking: templates with a thinking switch (Qwen3's and GLM's `enable_thinking`,
+DeepSeek-V3.1's `thinking`) render with the switch as `inference.thinking` sets it, or as
+the template's default; a model turn is then `<think>REASONING</think>ACTION`, kept whole
+in the ids, and `split_reasoning` separates the ACTION that is parsed. Where the prompt
+before a turn opens `<think>` (DeepSeek-V3.1's generation prompt with thinking on), the
+turn starts inside its reasoning; a template may open it only after a user message and
+write no generation prompt after an observation (DeepSeek-V3.1 again), so whether a turn
+starts inside its reasoning is decided per turn (`split_turn`).
 
 Owns: rendering (with the tool schemas, for native tool calls), the end-of-turn and
 stop ids (refusing a template with neither an end token nor a stop token opening the
@@ -112,8 +116,10 @@ class ChatFormat:
     roles: tuple[str, ...] = ("system", "user", "assistant", "tool")
     _end_text: str = field(default="", repr=False)
     observation_role: str = "tool"  # the role `tool` messages are rendered in (OBSERVATION_ROLES)
-    thinking: bool | None = None  # enable_thinking passed to the template; None: its own default
-    opens_reasoning: bool = False  # the generation prompt opens <think>: turns start inside the reasoning
+    thinking: bool | None = None  # the thinking switch's value passed to the template; None: its own default
+    opens_reasoning: bool = False  # the first generation prompt opens <think>: that turn starts inside the reasoning
+    reopens_reasoning: bool = False  # so does what follows an observation: the turns after one start inside it too
+    thinking_switch: str | None = None  # the template's variable `thinking` goes to (THINKING_SWITCHES); None: none
     end_opens_next: bool = False  # nothing closes an assistant message: the next header's stop id ends the turn
 
     @classmethod
@@ -147,17 +153,18 @@ class ChatFormat:
                 "use tool_format = 'text' with it, or a model whose template lists tools"
             )
         enable = None if thinking is None else thinking == "on"
-        if thinking is not None and (own or not _has_thinking_switch(tokenizer)):
+        switch = None if own else _thinking_switch(tokenizer)
+        if thinking is not None and switch is None:
             raise ValueError(
                 f"inference.thinking = {thinking!r}: the chat template of {tokenizer.name_or_path!r} has no thinking "
-                "switch (it renders the same with enable_thinking true and false), so the setting would change "
-                "nothing; leave inference.thinking unset for this model"
+                "switch (it renders the same with enable_thinking or thinking true and false), so the setting would "
+                "change nothing; leave inference.thinking unset for this model"
             )
         if own:
             render: Render = lambda messages, gen: render_messages(messages, gen)  # noqa: E731  (tested twin)
         else:
-            render = _jinja_render(tokenizer, tools, enable)
-            if tools and render(_PROBE, True) == _jinja_render(tokenizer, None, enable)(_PROBE, True):
+            render = _jinja_render(tokenizer, tools, enable, switch)
+            if tools and render(_PROBE, True) == _jinja_render(tokenizer, None, enable, switch)(_PROBE, True):
                 raise ValueError(
                     f"inference.tool_format asks for native tool calls, but the chat template of {tokenizer.name_or_path!r} does not "
                     "render the tools it is given, so the model would never see them; use tool_format = 'text' "
@@ -181,7 +188,9 @@ class ChatFormat:
             end_text,
             observation_role=observation,
             thinking=enable,
-            opens_reasoning=render(_PROBE, True).rstrip().endswith(THINK_OPEN),
+            opens_reasoning=_opens_reasoning(render(_PROBE, True)),
+            reopens_reasoning=_opens_reasoning(_after_mark(render, [{"role": observation, "content": "o"}], True)),
+            thinking_switch=switch,
             end_opens_next=opens_next,
         )
 
@@ -273,9 +282,11 @@ class ChatFormat:
         """The text of a stop id ("" for None: no stop sampled)."""
         return "" if token_id is None else self.tokenizer.decode([token_id], skip_special_tokens=False)
 
-    def split_turn(self, text: str) -> tuple[str, str | None]:
-        """A model turn's (reasoning, action) in this template (see `split_reasoning`)."""
-        return split_reasoning(text, self.opens_reasoning)
+    def split_turn(self, text: str, after_observation: bool = False) -> tuple[str, str | None]:
+        """A model turn's (reasoning, action) in this template (see `split_reasoning`): the
+        first turn follows the generation prompt, a turn `after_observation` what the
+        template writes after one, and either may have opened the reasoning."""
+        return split_reasoning(text, self.reopens_reasoning if after_observation else self.opens_reasoning)
 
     def _with_system(self, messages: list[Message]) -> list[Message]:
         if self.system_prompt is None or (messages and messages[0].get("role") == "system"):
@@ -324,12 +335,20 @@ def split_reasoning(text: str, opened: bool = False) -> tuple[str, str | None]:
 
 _PROBE: list[Message] = [{"role": "user", "content": "u"}]
 
+# The variables templates read as their thinking switch: Qwen3's and GLM's, DeepSeek-V3.1's.
+THINKING_SWITCHES = ("enable_thinking", "thinking")
 
-def _jinja_render(tokenizer: PreTrainedTokenizerBase, tools: Sequence[dict] | None, thinking: bool | None) -> Render:
-    """The template's rendering; `thinking` goes to it as enable_thinking unless None
-    (then the template's own default holds, as when nothing is passed)."""
+
+def _jinja_render(
+    tokenizer: PreTrainedTokenizerBase,
+    tools: Sequence[dict] | None,
+    thinking: bool | None,
+    switch: str | None = "enable_thinking",
+) -> Render:
+    """The template's rendering; `thinking` goes to it as its `switch` variable unless
+    None (then the template's own default holds, as when nothing is passed)."""
     tools = list(tools) if tools else None
-    extra = {} if thinking is None else {"enable_thinking": thinking}
+    extra = {} if thinking is None or switch is None else {switch: thinking}
 
     def render(messages: list[Message], add_generation_prompt: bool) -> str:
         return tokenizer.apply_chat_template(
@@ -339,10 +358,19 @@ def _jinja_render(tokenizer: PreTrainedTokenizerBase, tools: Sequence[dict] | No
     return render
 
 
-def _has_thinking_switch(tokenizer: PreTrainedTokenizerBase) -> bool:
-    """Whether the template reads enable_thinking: its prompt differs between true and false."""
-    on, off = (_jinja_render(tokenizer, None, flag)(_PROBE, True) for flag in (True, False))
-    return on != off
+def _opens_reasoning(prompt: str) -> bool:
+    """Whether a prompt leaves the model inside an opened <think>."""
+    return prompt.rstrip().endswith(THINK_OPEN)
+
+
+def _thinking_switch(tokenizer: PreTrainedTokenizerBase) -> str | None:
+    """The first of THINKING_SWITCHES the template reads: its prompt differs between true
+    and false. None: it has no thinking switch."""
+    for switch in THINKING_SWITCHES:
+        on, off = (_jinja_render(tokenizer, None, flag, switch)(_PROBE, True) for flag in (True, False))
+        if on != off:
+            return switch
+    return None
 
 
 def _observation_role(tokenizer: PreTrainedTokenizerBase, render: Render) -> str:
