@@ -25,6 +25,9 @@ run test builds them, so the suite's time stays where it was):
 - deepseek_v31: DeepSeek-V3.1's own template on a DeepSeek-V3: turns closed by the eos,
   tool outputs followed by no generation prompt, a `thinking` switch that opens <think>
   in the generation prompt after a user message, and earlier reasoning dropped.
+- kimi_k2: Kimi-K2-Instruct's own template on a DeepSeek-V3 (Kimi-K2's architecture):
+  <|im_user|>/<|im_assistant|>/<|im_system|> headers, <|im_end|> closing every turn, calls
+  in <|tool_calls_section_begin|>, no thinking switch.
 
 Built by `build_chat_model(family, out)` in a couple of seconds (`chat_tokenizer(name)`
 for the tokenizer alone, `chat_tokenizer_dir(name, out)` with its generation config);
@@ -351,6 +354,53 @@ DEEPSEEK_V31_TEMPLATE = (
 )
 
 
+# Kimi-K2's chat template as moonshotai/Kimi-K2-Instruct-0905 publishes it (chat_template.jinja), read from copies
+# quoted in public repositories (one stating it is that Hub file, a llama.cpp regression test, and the earlier
+# models/templates/moonshotai-Kimi-K2.jinja of llama.cpp at 02f4a631678bc435c5cea7a54ab4222ee32e8453, which has no
+# calls), checked against another project's renderer test of what Kimi-K2-Instruct's tokenizer renders with tools,
+# calls and tool results; the Hub file's own revision was not read. Written anew here, rendering the same text for
+# system, user, assistant (content or `tool_calls`) and tool messages with string content (compared with that text).
+# What it does:
+# - tools: a first turn <|im_system|>tool_declare<|im_middle|>\n  # Tools\n  JSON<|im_end|>;
+# - a default system turn (You are Kimi, ...) when the first message is not a system one;
+# - each message: <|im_user|>, <|im_assistant|> or <|im_system|> (every other role), its name or role,
+#   <|im_middle|>, its text, <|im_end|>: the end of every turn, including the model's;
+# - calls: <|tool_calls_section_begin|><|tool_call_begin|>ID<|tool_call_argument_begin|>JSON<|tool_call_end|>...
+#   <|tool_calls_section_end|> after any content; Kimi's call ids are functions.NAME:INDEX;
+# - tool results: <|im_system|>tool<|im_middle|>## Return of ID\n    TEXT, the ID a message's tool_call_id (this
+#   project sends none, so it renders empty);
+# - no thinking switch (Kimi-K2-Instruct does not reason).
+# Not rendered: list contents (text parts and image placeholders).
+KIMI_K2_TEMPLATE = (
+    "{%- if tools -%}"
+    "{{- '<|im_system|>tool_declare<|im_middle|>\n  # Tools\n  ' ~ (tools | tojson) ~ '<|im_end|>' -}}"
+    "{%- endif -%}"
+    "{%- for m in messages -%}"
+    "{%- if loop.first and m.role != 'system' -%}"
+    "{{- '<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>' -}}"
+    "{%- endif -%}"
+    "{%- set opener = {'user': '<|im_user|>', 'assistant': '<|im_assistant|>'}.get(m.role, '<|im_system|>') -%}"
+    "{{- opener ~ (m.name if m.name is defined and m.name else m.role) ~ '<|im_middle|>' -}}"
+    "{%- if m.role == 'assistant' and m.tool_calls is defined and m.tool_calls -%}"
+    "{%- if m.content -%}{{- m.content -}}{%- endif -%}"
+    "{{- '<|tool_calls_section_begin|>' -}}"
+    "{%- for c in m.tool_calls -%}"
+    "{%- set args = c.function.arguments -%}"
+    "{{- '<|tool_call_begin|>' ~ c.id ~ '<|tool_call_argument_begin|>' "
+    "~ (args if args is string else args | tojson) ~ '<|tool_call_end|>' -}}"
+    "{%- endfor -%}"
+    "{{- '<|tool_calls_section_end|>' -}}"
+    "{%- elif m.role == 'tool' -%}"
+    "{{- '## Return of ' ~ m.tool_call_id ~ '\n    ' ~ m.content -}}"
+    "{%- elif m.content is string -%}"
+    "{{- m.content -}}"
+    "{%- endif -%}"
+    "{{- '<|im_end|>' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_assistant|>assistant<|im_middle|>' -}}{%- endif -%}"
+)
+
+
 @dataclass(frozen=True)
 class TemplateFamily:
     family: str  # engines/model/families.py
@@ -461,6 +511,20 @@ TEMPLATES: dict[str, TemplateFamily] = {
         generation_eos=("<｜end▁of▁sentence｜>",),  # generation_config.json's eos_token_id 1
         end_of_turn="<｜end▁of▁sentence｜>",
     ),
+    "kimi_k2": TemplateFamily(
+        "deepseek_v3",  # Kimi-K2 is a DeepseekV3ForCausalLM (model_type kimi_k2)
+        KIMI_K2_TEMPLATE,
+        (
+            *("[BOS]", "[EOS]", "[PAD]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>"),
+            *("<|im_middle|>", "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>"),
+            *("<|tool_call_argument_begin|>", "<|tool_call_end|>"),
+        ),
+        eos="[EOS]",  # tokenizer_config.json: bos [BOS], eos [EOS], pad [PAD] (163584, 163585, 163839)
+        pad="[PAD]",
+        bos="[BOS]",
+        generation_eos=("<|im_end|>",),  # config.json's and generation_config.json's eos_token_id 163586
+        end_of_turn="<|im_end|>",
+    ),
 }
 # The family whose run also carries the trackers (tests/flows/test_trackers.py), one run for both.
 TRACKED_FAMILY = "chatml"
@@ -473,6 +537,7 @@ EXTRA_TEXTS: dict[str, list[str]] = {
     "glm": ["<|assistant|>\n<think>the test fails: fix add</think>\n", "\n<tool_response>\n", "/nothink"],
     "qwen3_coder": ["<function=view>\n<parameter=path>\nm.py\n</parameter>\n</function>\n", "<tool_response>\n"],
     "deepseek_v31": ["<｜Assistant｜></think>", "<｜tool▁output▁begin｜>", "the test fails: look at add</think>"],
+    "kimi_k2": ["<|im_assistant|>assistant<|im_middle|>", "<|im_system|>tool<|im_middle|>## Return of "],
 }
 
 
