@@ -4,7 +4,8 @@ small project folder held out whole), draws its tasks with the function hint,
 warm-starts on the repository candidate demonstrator (its verdicts from tinydb's own
 tests in the sandbox), serves the warm start on vLLM with a 2,048-token context, plays
 episodes in the repository protocol (kept feedback), trains two steps and evaluates
-the held-out project before and after. The path `configs/repos.toml` takes, scaled down."""
+the held-out project before and after: `configs/repos.toml` itself, as its trial
+(tests/flows/recipe_trial.py) scales it down, so this is also that recipe's first-steps test."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from engines.env.splits import heldout_kind
 from storage import checkpoints
 from storage.fs import open_store
 from storage.query import connect
+from tests.flows.recipe_trial import to_toml, trial
 from tests.flows.tandem_cli import run_tandem
 from tests.real_project import write_project
 
@@ -24,56 +26,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.prefect, pytest.
 
 
 def _config(root: Path, corpus: Path, held_out: Path) -> str:
-    return f"""
-run = "repos"
-[storage]
-root = "{root}"
-[model.tiny]
-max_position_embeddings = 2048
-[tasks]
-kind = "corpus"
-corpus_path = "{corpus}"
-heldout_tasks = 1
-hint = "function"
-[tasks.build]
-projects = ["tinydb", "{held_out}"]
-tasks_per_project = 3
-max_mutants_per_project = 24
-heldout_projects = ["{held_out.name}"]
-heldout_fraction = 0.0
-[env]
-edit_attempts = 2
-feedback = "keep"
-view_lines = 30
-workers = 2
-[inference]
-max_model_len = 2048
-kv_cache_gb = 1.0
-max_num_seqs = 16
-concurrency_per_server = 16
-[inference.sampling]
-max_tokens_per_turn = 48
-[inference.limits]
-max_turns = 4
-max_total_tokens = 2048
-max_observation_tokens = 512
-max_concurrent_episodes = 16
-[trainer]
-seq_len = 2048
-packing = true
-micro_batch_rows = 2
-[trainer.sft]
-max_steps = 4
-batch_size = 4
-[rl]
-steps = 2
-batch_size = 8
-group_size = 4
-async_level = 1
-[eval]
-tasks = 1
-samples = 1
-"""
+    """configs/repos.toml's trial (tests/flows/recipe_trial.py), its corpus built from tinydb
+    for training and `held_out` held out whole instead of the recipe's ten projects."""
+    data = trial("repos", str(root))
+    data["tasks"]["corpus_path"] = str(corpus)
+    data["tasks"]["build"] = {
+        "projects": ["tinydb", str(held_out)],
+        "tasks_per_project": 3,
+        "max_mutants_per_project": 24,
+        "heldout_projects": [held_out.name],
+        "heldout_fraction": 0.0,
+    }
+    return to_toml(data)
 
 
 def test_a_two_step_run_builds_its_corpus_and_reaches_v2(tmp_path: Path, prefect_server: dict[str, str]) -> None:
@@ -89,8 +53,9 @@ def test_a_two_step_run_builds_its_corpus_and_reaches_v2(tmp_path: Path, prefect
     store = open_store(str(root))
     assert checkpoints.latest(store, "repos").version == 2
     lake = connect(store, run="repos")
+    assert lake.sql("SELECT count(*) FROM steps").fetchall()[0][0] == 2
     rows = lake.sql("SELECT conversation, finish_reason FROM rollouts").fetchall()
-    assert len(rows) == 16 and all(reason != "error" for _, reason in rows)
+    assert len(rows) == 8 and all(reason != "error" for _, reason in rows)
     assert all("The bug is in " in conversation for conversation, _ in rows)  # the hint reached every prompt
     evaluated = lake.sql("SELECT count(*) FROM evaluations").fetchall()[0][0]
     assert evaluated >= 2  # the held-out task, before and after

@@ -27,6 +27,7 @@ import pytest
 from storage import checkpoints, shards
 from storage.fs import open_store
 from storage.query import connect
+from tests.flows.recipe_trial import merge, recipe, to_toml
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.prefect, pytest.mark.vllm, pytest.mark.sandbox]
@@ -35,28 +36,17 @@ RUN, STEPS, BATCH, K = "faulty", 6, 8, 1  # 6 steps: a quiet machine finished 4 
 
 
 def _config(root: Path) -> str:
-    return f"""
-run = "{RUN}"
-[storage]
-root = "{root}"
-[tasks]
-train_tasks = 64
-heldout_tasks = 4
-[eval]
-tasks = 4
-samples = 1
-[rl]
-steps = {STEPS}
-batch_size = {BATCH}
-group_size = 4
-async_level = {K}
-[trainer]
-micro_batch_rows = 16
-[trainer.sft]
-max_steps = 5
-[retention]
-milestone_every = 3
-"""
+    """configs/tiny.toml (the default run) at the scale of this test: the tiny recipe's run."""
+    overlay = {
+        "run": RUN,
+        "storage": {"root": str(root)},
+        "tasks": {"train_tasks": 64, "heldout_tasks": 4},
+        "eval": {"tasks": 4, "samples": 1},
+        "rl": {"steps": STEPS, "batch_size": BATCH, "group_size": 4, "async_level": K},
+        "trainer": {"micro_batch_rows": 16, "sft": {"max_steps": 5}},
+        "retention": {"milestone_every": 3},
+    }
+    return to_toml(merge(recipe("tiny"), overlay))
 
 
 def _procs(pred) -> list[tuple[int, str]]:

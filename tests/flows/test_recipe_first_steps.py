@@ -1,0 +1,113 @@
+"""Every recipe of configs/ runs its first two RL steps on this CPU through the real loop
+(`tandem run`: the suite's Prefect server, a vLLM CPU server, sandboxed grading, the
+trainer lane, weights published to v2), as tests/flows/recipe_trial.py makes it: the
+tiny test model of its family, cluster settings off, 2 steps of 4 episodes, on three
+tinydb tasks. The models' weights are random, so every reward is zero and the trainer
+skips its optimizer steps (no trainable tokens); versions are still published and served.
+
+Two recipes run in other modules, so the suite holds one run of each, not two:
+- configs/repos.toml: tests/flows/test_corpus_run.py (its trial, building its own corpus);
+- configs/tiny.toml: tests/flows/test_run_faults.py (the recipe to v6 through three kills).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engines.inference.config import ClusterOptions
+from flows.config import RunConfig
+from flows.config_loader import load_config
+from storage import checkpoints
+from storage.fs import open_store
+from storage.query import connect
+from tests.chat_models import build_chat_model
+from tests.flows.recipe_trial import FAMILY, RECIPES, to_toml, trial, widen_positions
+from tests.flows.tandem_cli import run_tandem
+
+# How each family's template opens a conversation with a system message.
+OPENING = {"olmoe": "<|endoftext|><|system|>\n", "qwen3": "<|im_start|>system\n", "glm": "[gMASK]<sop><|system|>\n"}
+# A whole run: the suite's Prefect server, a vLLM server, the sandbox, a real project's tasks.
+SERVED = [pytest.mark.slow, pytest.mark.prefect, pytest.mark.vllm, pytest.mark.sandbox, pytest.mark.corpus]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three tinydb tasks (the corpus cache's, as `real_corpus`), one held out for evaluation."""
+    from engines.env.builder import BuildConfig, build_corpus
+    from engines.env.config import EnvConfig
+
+    out = tmp_path_factory.mktemp("trial-corpus")
+    env = EnvConfig(workers=2, scratch_dir=str(out / "scratch"))
+    config = BuildConfig(
+        projects=["tinydb"],
+        tasks_per_project=3,
+        max_mutants_per_project=24,
+        baseline_runs=2,
+        heldout_fraction=0.5,
+        env=env,
+    )
+    tasks, _ = build_corpus(config, out)
+    assert {t.split for t in tasks} == {"train", "heldout"}, [t.split for t in tasks]
+    return out
+
+
+def _trial_file(name: str, root: str, tmp: Path, corpus: Path) -> Path:
+    """The recipe's trial configuration, with its family's test model built under `tmp`."""
+    family = FAMILY[name]
+    model = widen_positions(build_chat_model(family, tmp / family)) if family else None
+    path = tmp / f"{name}.toml"
+    path.write_text(to_toml(trial(name, root, model, corpus)))
+    return path
+
+
+def _check_two_steps(output: str, root: str, run: str) -> None:
+    """Finished at v2 with 2 steps of 4 episodes, every episode in its family's template."""
+    assert f"[tandem] run {run} finished" in output
+    store = open_store(root)
+    assert checkpoints.latest(store, run).version == 2
+    lake = connect(store, run=run)
+    assert lake.sql("SELECT count(*) FROM steps").fetchall()[0][0] == 2
+    episodes = lake.sql("SELECT conversation, finish_reason FROM rollouts").fetchall()
+    assert len(episodes) == 8 and all(reason != "error" for _, reason in episodes)
+    start = OPENING[FAMILY[run]]
+    assert all(conversation.startswith(start) for conversation, _ in episodes), episodes[0][0][:80]
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES.glob("*.toml")), ids=lambda p: p.stem)
+def test_every_recipe_has_a_trial_this_machine_accepts(path: Path, tmp_path: Path) -> None:
+    name = path.stem
+    assert name in FAMILY, f"configs/{path.name}: name its family's test model in recipe_trial.FAMILY"
+    model = tmp_path / "model" if FAMILY[name] else None
+    if model is not None:
+        model.mkdir()
+    config = tmp_path / "trial.toml"
+    config.write_text(to_toml(trial(name, str(tmp_path / "lake"), model, tmp_path / "corpus")))
+    loaded = load_config(RunConfig, config, [])
+    assert loaded.rl.steps == 2 and loaded.inference.cluster == ClusterOptions()
+    assert loaded.trainer.processes == 1 and loaded.trainer.context_parallel_size == 1
+    assert loaded.trainer.export_format != "fp8" and loaded.trainer.router_replay != "on"
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=SERVED) for n in ("corpus", "qwen3-30b-a3b-8gpu")])
+def test_a_recipe_reaches_v2_with_the_tiny_model_of_its_family(
+    name: str, corpus: Path, tmp_path: Path, prefect_server: dict[str, str]
+) -> None:
+    root = str(tmp_path / "lake")
+    output = run_tandem(_trial_file(name, root, tmp_path, corpus), prefect_server)
+    _check_two_steps(output, root, name)
+
+
+@pytest.mark.s3
+@pytest.mark.corpus
+@pytest.mark.sandbox
+@pytest.mark.vllm
+@pytest.mark.prefect
+@pytest.mark.slow
+def test_the_glm5_recipe_reaches_v2_with_its_lake_on_s3(
+    corpus: Path, tmp_path: Path, s3_bucket: str, prefect_server: dict[str, str]
+) -> None:
+    root = f"s3://{s3_bucket}/lake"  # the recipe's lake is on S3: the suite's moto server
+    output = run_tandem(_trial_file("glm5-multinode", root, tmp_path, corpus), prefect_server)
+    _check_two_steps(output, root, "glm5-multinode")
