@@ -184,6 +184,6 @@ def test_native_tool_calls_are_read_by_the_loop_with_the_ids_exact(served: tuple
     # A well-formed call reaches the environment as the text action it stands for.
     env = EchoEnv()
     call = render_tool_call(Action("edit", path="m.py", line=2, body="    return a + b"))
-    result = loop.run_until_complete(agent._step(env, call))
+    result = loop.run_until_complete(agent._step(env, call, after_observation=False))
     assert env.actions == ["edit m.py 2\n    return a + b"] and result.observation == env.observations[0]
     assert chat.system_prompt == TOOL_CALL_SYSTEM_PROMPT
