@@ -12,7 +12,6 @@ stop id), each request extending the previous one; a turn stopped at another hea
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,42 +21,16 @@ from transformers import AutoTokenizer
 from engines.inference.agent import AgentLoop, EpisodeRequest
 from tests.chat_models import chat_tokenizer_dir
 from tests.engines.inference.conftest import small_config
+from tests.engines.inference.family_episode import ACTIONS, EchoEnv
 from tests.engines.inference.scripted_generator import ScriptedGenerator, Turn, turn_logprob
 
 pytestmark = pytest.mark.chat_template
 
-ACTIONS = ["view m.py", "edit m.py 2\n    return a + b", "submit"]
 # GLM's turns as its template writes them: reasoning in <think></think>, then the action.
 THINKING = [
     f"\n<think>{r}</think>\n{a}" for r, a in zip(["the test fails: look at add", "add subtracts", "done"], ACTIONS)
 ]
 OBSERVATION = "<|observation|>"
-
-
-@dataclass
-class Step:
-    observation: str
-    done: bool
-
-
-class EchoEnv:
-    """Submits on `submit`; records the actions it was sent."""
-
-    def __init__(self) -> None:
-        self.actions: list[str] = []
-
-    def prompt(self) -> str:
-        return "fix add in m.py"
-
-    def step(self, action_text: str) -> Step:
-        self.actions.append(action_text)
-        return Step(f"turn {len(self.actions)}: ok", action_text.strip() == "submit")
-
-    def patch(self) -> str:
-        return ""
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")

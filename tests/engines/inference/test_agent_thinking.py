@@ -13,7 +13,6 @@ tool role gets every observation as a user turn."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from engines.protocol import Action, InvalidAction
 from engines.tool_calls import render_tool_call
 from tests.chat_models import chat_tokenizer
 from tests.engines.inference.conftest import small_config
+from tests.engines.inference.family_episode import ACTIONS, EchoEnv
 from tests.engines.inference.scripted_generator import ScriptedGenerator, turn_logprob
 
 pytestmark = pytest.mark.chat_template
@@ -35,33 +35,6 @@ THINKING = [
     "<think>\nstill weighing it",  # never closed: no action
     "<think>\ndone\n</think>\n\nsubmit",
 ]
-ACTIONS = ["view m.py", "edit m.py 2\n    return a + b", "submit"]
-
-
-@dataclass
-class Step:
-    observation: str
-    done: bool
-
-
-class EchoEnv:
-    """Submits on `submit`; records the actions it was sent."""
-
-    def __init__(self) -> None:
-        self.actions: list[str] = []
-
-    def prompt(self) -> str:
-        return "fix add in m.py"
-
-    def step(self, action_text: str) -> Step:
-        self.actions.append(action_text)
-        return Step(f"turn {len(self.actions)}: ok", action_text == "submit")
-
-    def patch(self) -> str:
-        return ""
-
-    def close(self) -> None:
-        pass
 
 
 def model_dir(name: str, out: Path) -> Path:
