@@ -5,6 +5,8 @@ version 0."""
 from __future__ import annotations
 
 import itertools
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from prefect import task
@@ -14,7 +16,7 @@ from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
 from engines.env.micro import DemonstrationKind, EditTool
 from engines.env.micro_demos import oracle_messages, warm_start_demonstrations
-from engines.env.repo_demos import pool_tester, repo_demonstrations
+from engines.env.repo_demos import PatchTester, pool_tester, repo_demonstrations
 from engines.env.types import Task
 from engines.model import hub
 from engines.model.chat_format import ChatFormat
@@ -54,7 +56,8 @@ def repository_demonstrations(
     """Episodes of the candidate demonstrator on tasks from real repositories, each tried
     candidate's verdict from the task's own tests in the grading pool (engines/env/repo_demos.py)."""
     with GradingPool(env) as pool:
-        demos = repo_demonstrations(tasks, attempts, seed, pool_tester(pool), env.view_lines, per_task)
+        tester = _with_progress(pool_tester(pool))
+        demos = repo_demonstrations(tasks, attempts, seed, tester, env.view_lines, per_task)
     if not demos:
         raise ValueError(
             f"none of the {len(tasks)} training tasks has a fix among the candidate demonstrator's edits (a removed "
@@ -62,6 +65,23 @@ def repository_demonstrations(
         )
     say(f"[sft] {len(demos)} demonstrations from {len(tasks)} repository tasks")
     return demos
+
+
+def _with_progress(test: PatchTester, every: int = 200) -> PatchTester:
+    """`test` in chunks of `every` edits, a progress line after each: a corpus's candidates
+    take many minutes in the sandbox. Each edit is tested on its own, so chunks change nothing."""
+
+    def run(items: Sequence[tuple[Task, str]]) -> list[dict[str, str] | None]:
+        out: list[dict[str, str] | None] = []
+        start = time.monotonic()
+        for first in range(0, len(items), every):
+            out += test(items[first : first + every])
+            say(
+                f"[sft] tested {len(out)} of {len(items)} candidate edits in the sandbox ({time.monotonic() - start:.0f} s)"
+            )
+        return out
+
+    return run
 
 
 @task(name="fit-demonstrations", cache_policy=NO_CACHE)
