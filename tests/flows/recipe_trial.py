@@ -49,7 +49,10 @@ CAPS: dict[str, int | float] = {
     "inference.limits.max_total_tokens": CONTEXT,
     "inference.limits.max_observation_tokens": 512,
     "inference.limits.max_concurrent_episodes": 4,
+    "inference.limits.wall_seconds": 300.0,  # an episode that stalls fails the trial in minutes, not an hour
+    "inference.startup_timeout_s": 600.0,
     "env.workers": 2,
+    "env.limits.wall_timeout_s": 60.0,
     "trainer.seq_len": CONTEXT,
     "trainer.sft.max_steps": 4,
     "trainer.sft.batch_size": 4,

@@ -101,3 +101,17 @@ def test_a_recipe_reaches_v2_with_the_tiny_model_of_its_family(
     root = str(tmp_path / "lake")
     output = run_tandem(_trial_file(name, root, tmp_path, corpus), prefect_server)
     _check_two_steps(output, root, name)
+
+
+@pytest.mark.s3
+@pytest.mark.corpus
+@pytest.mark.sandbox
+@pytest.mark.vllm
+@pytest.mark.prefect
+@pytest.mark.slow
+def test_the_glm5_recipe_reaches_v2_with_its_lake_on_s3(
+    corpus: Path, tmp_path: Path, s3_bucket: str, prefect_server: dict[str, str]
+) -> None:
+    root = f"s3://{s3_bucket}/lake"  # the recipe's lake is on S3: the suite's moto server
+    output = run_tandem(_trial_file("glm5-multinode", root, tmp_path, corpus), prefect_server)
+    _check_two_steps(output, root, "glm5-multinode")
