@@ -18,6 +18,8 @@ says which lane to look at.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +36,18 @@ Completion = Literal["final_shard", "any_shard"]  # any_shard: for writers of ex
 
 
 def work_dir(root: str, run: str) -> Path:
-    """Local files of `run`: inside the run when the lake is local, in the cache when it is on S3."""
-    base = Path.home() / ".cache" / "tandem-rl" / "work" if root.startswith("s3://") else Path(root).absolute()
-    return base / run
+    """Local files of `run`: inside the run when the lake is local; with the lake on S3, in
+    the cache under a folder of the lake's own (`lake_folder`), so two lakes' runs of one
+    name never share a trainer state or weights."""
+    if not root.startswith("s3://"):
+        return Path(root).absolute() / run
+    return Path.home() / ".cache" / "tandem-rl" / "work" / lake_folder(root) / run
+
+
+def lake_folder(root: str) -> str:
+    """A folder name for the lake `root`: readable, and unique by a hash of the whole root."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "-", root.removeprefix("s3://")).strip("-")[:48]
+    return f"{readable}-{hashlib.sha256(root.rstrip('/').encode()).hexdigest()[:8]}"
 
 
 def publish_step(store: Store, run: str, step: int, table: pa.Table) -> str:

@@ -101,7 +101,7 @@ class ReplayTrainConfig(_Replay):
     state_dir: str | None = Field(
         None,
         description="Local directory for the resumable trainer state; default <root>/<run>/trainer_state "
-        "(~/.cache/tandem-rl/work/<run>/trainer_state for an s3:// root; copied into the lake as well).",
+        "(~/.cache/tandem-rl/work/<lake>/<run>/trainer_state for an s3:// root; copied into the lake as well).",
     )
     allow_config_change: bool = Field(
         False,

@@ -8,12 +8,17 @@ mid-copy leaves no half version that looks complete). Before each new copy the o
 the servers still need the version they serve (a restarted server reloads it) and
 the one they started from (its config and weights start every restarted server).
 
+Each copy keeps the listing it was made from (names, sizes, ETags: `SOURCE`), and is
+used again only while the lake's files still match it: a lake emptied and a run of the
+same name started again publishes other weights under the same URIs.
+
 Weights on a local lake are already on this host's disk: they are used in place and
 nothing is copied.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -23,6 +28,7 @@ from storage.atomic_dir import atomic_dir
 from storage.fs import Store
 
 _VERSION_DIR = re.compile(r"^v(\d+)$")
+SOURCE = ".source.json"  # in each copy: the lake's listing it was copied from
 
 
 class WeightCacheFullError(RuntimeError):
@@ -49,15 +55,24 @@ class WeightCache:
         if not uri.startswith("s3://"):
             return local_model_dir(uri)
         dest = self.root / f"v{version}"
-        if (dest / "config.json").is_file():
-            return dest
-        self.evict(in_use | {version}, room=1)
         remote = self._remote_path(uri)
+        source = self._listing(uri, remote)
+        if (dest / "config.json").is_file() and _read(dest / SOURCE) == source:
+            return dest
+        shutil.rmtree(dest, ignore_errors=True)  # another run's copy of this version, or none
+        self.evict(in_use | {version}, room=1)
         with atomic_dir(dest) as partial:
             self.store.call(f"download {uri}", lambda: self.store.fs.get(remote + "/", str(partial), recursive=True))
             if not (partial / "config.json").is_file():
                 raise FileNotFoundError(f"{uri} has no config.json: the trainer publishes whole model directories")
+            (partial / SOURCE).write_text(source)
         return dest
+
+    def _listing(self, uri: str, remote: str) -> str:
+        """The files of the published version as the lake lists them: name, size, ETag."""
+        entries = self.store.call(f"list {uri}", lambda: self.store.fs.ls(remote, detail=True, refresh=True))
+        files = [(e["name"].rsplit("/", 1)[-1], e.get("size"), e.get("ETag")) for e in entries if e["type"] == "file"]
+        return json.dumps(sorted(files))
 
     def evict(self, in_use: set[int], room: int = 0) -> list[int]:
         """Delete the oldest versions not in `in_use` until `room` more fit; returns them."""
@@ -79,3 +94,7 @@ class WeightCache:
         if not uri.startswith(prefix):
             raise ValueError(f"weights at {uri} are not on the lake {self.store.display}")
         return uri[len(prefix) :].rstrip("/")
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text() if path.is_file() else None

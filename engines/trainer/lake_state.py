@@ -12,14 +12,21 @@ At start, a lake state newer than the local ones is downloaded into a hidden
 folder, fsynced and renamed into place (storage/atomic_dir.py), then loaded as usual.
 
 On a local lake whose state folder is the local state folder nothing is copied.
+
+A local state the lake cannot have made is set aside, not resumed (`set_aside_foreign`):
+a state after step s needs weight version s in the lake (v0 before step 0; the trainer
+publishes v s in step s - 1), so a newer local state is another lake's run of the same
+name, or of a lake since emptied.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 from engines.trainer.checkpoint import list_states, state_dir
+from storage import checkpoints
 from storage.atomic_dir import atomic_dir
 from storage.fs import Store
 
@@ -56,6 +63,20 @@ def upload(store: Store, run: str, local_root: Path, step: int, keep_last: int) 
     for old in lake_steps(store, run)[:-keep_last]:
         _remove(store, f"{lake_dir(store, run)}/{state_dir(Path('.'), old).name}")
     return store.full_url(dest)
+
+
+def set_aside_foreign(store: Store, run: str, local_root: Path) -> Path | None:
+    """Rename `local_root` aside when its newest state is newer than the lake's newest
+    weight version (see the module's docstring); the folder it went to, or None."""
+    local = list_states(local_root)
+    if not local:
+        return None
+    published = checkpoints.latest(store, run)
+    if published is not None and published.version >= local[-1]:
+        return None
+    aside = local_root.with_name(f"{local_root.name}.foreign-{time.strftime('%Y%m%d-%H%M%S')}")
+    local_root.rename(aside)
+    return aside
 
 
 def download_newer(store: Store, run: str, local_root: Path) -> int | None:

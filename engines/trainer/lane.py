@@ -76,7 +76,7 @@ class LaneConfig(BaseModel):
     state_dir: str | None = Field(
         None,
         description="Local directory for resumable state; default <root>/<run>/trainer_state for a local root, "
-        "~/.cache/tandem-rl/work/<run>/trainer_state for an s3:// root. Each saved state is also copied into "
+        "~/.cache/tandem-rl/work/<lake>/<run>/trainer_state for an s3:// root. Each saved state is also copied into "
         "the lake (<root>/<run>/trainer_state), so a lane restarted on another machine resumes at its last step.",
     )
     completion: Completion = Field(
@@ -122,6 +122,15 @@ class TrainerLane:
         self.trainee = make_trainee(model, t, self.accelerator)
         self.mirror = not lake_state.is_in_lake(self.store, cfg.run, cfg.state_path())
         if self.mirror and self.accelerator.is_main_process:
+            if (aside := lake_state.set_aside_foreign(self.store, cfg.run, cfg.state_path())) is not None:
+                log.warning(
+                    "local trainer state %s is newer than run %s's newest weights in %s: not this lake's run, "
+                    "moved to %s; starting from the lake's state",
+                    cfg.state_path(),
+                    cfg.run,
+                    self.store.display,
+                    aside,
+                )
             fetched = lake_state.download_newer(self.store, cfg.run, cfg.state_path())
             if fetched is not None:
                 log.info("trainer state after step %d taken from the lake", fetched)

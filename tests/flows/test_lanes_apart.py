@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
+from engines.handoff import lake_folder
 from engines.trainer import lake_state
 from flows.lanes_config import LanesConfig
 from storage import checkpoints
@@ -235,9 +236,10 @@ def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(apart_ru
     assert checkpoints.latest(store, RUN).version == STEPS
     # Each machine kept its files in its own folders: weights pulled by the rollout host
     # into its bounded cache, trainer state on the trainer hosts (and in the lake).
-    cache = apart_run["homes"]["rollout"] / ".cache/tandem-rl/work" / RUN / "weights"
+    work = Path(".cache/tandem-rl/work") / lake_folder(store.url())
+    cache = apart_run["homes"]["rollout"] / work / RUN / "weights"
     assert 1 <= len([p for p in cache.iterdir() if p.name.startswith("v")]) <= 3
-    assert (apart_run["homes"]["trainer-c"] / ".cache/tandem-rl/work" / RUN / "trainer_state").is_dir()
+    assert (apart_run["homes"]["trainer-c"] / work / RUN / "trainer_state").is_dir()
     assert store.fs.glob(store.path(RUN, "trainer_state", "step-*", "progress.json"))
 
 

@@ -41,6 +41,18 @@ def test_the_cache_holds_at_most_its_versions_and_keeps_those_in_use(s3_bucket: 
 
 
 @pytest.mark.s3
+def test_a_copy_of_other_weights_under_the_same_uri_is_replaced(s3_bucket: str, tmp_path: Path) -> None:
+    """The lake emptied and a run of the same name started again: its v0 is other weights."""
+    store = open_store(f"s3://{s3_bucket}/lake")
+    cache = WeightCache(store, tmp_path / "weights", max_versions=2)
+    uri = _publish(store, "r", 0)
+    assert (cache.local_dir(uri, 0, {0}) / "model.safetensors").read_bytes() == b"w0"
+    store.fs.pipe({store.path("r/weights/v0/model.safetensors"): b"other weights"})
+    assert (cache.local_dir(uri, 0, {0}) / "model.safetensors").read_bytes() == b"other weights"
+    assert cache.versions() == [0]
+
+
+@pytest.mark.s3
 def test_a_cache_whose_versions_are_all_in_use_refuses_a_new_one(s3_bucket: str, tmp_path: Path) -> None:
     store = open_store(f"s3://{s3_bucket}/lake")
     cache = WeightCache(store, tmp_path / "weights", max_versions=1)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engines.trainer.checkpoint import list_states, state_dir
-from engines.trainer.lake_state import MARKER, lake_dir, lake_steps, upload
+from engines.trainer.lake_state import MARKER, lake_dir, lake_steps, set_aside_foreign, upload
 from engines.trainer.lane import LaneConfig, TrainerLane, train_steps
 from storage import checkpoints
 from storage.fs import open_store
@@ -68,3 +68,28 @@ def test_a_state_folder_outside_a_local_lake_is_uploaded_into_it(tmp_path: Path)
         upload(store, "r", local, step, keep_last=1)
     assert lake_steps(store, "r") == [1]
     assert Path(lake_dir(store, "r"), "step-00000001", "optimizer", "state.bin").read_bytes() == b"x"
+
+
+def test_a_local_state_newer_than_the_lakes_weights_is_set_aside_not_resumed(tmp_path: Path) -> None:
+    """A run of the same name in another lake (or in this one before it was emptied) left
+    state after step 1; this lake has only v0, so that state is not its run's."""
+    store = open_store(str(tmp_path / "lake"))
+    local = tmp_path / "work" / "trainer_state"
+    for step in (0, 1):
+        (state_dir(local, step)).mkdir(parents=True)
+        (state_dir(local, step) / MARKER).write_text("{}")
+
+    def publish(version: int) -> None:
+        weights = Path(checkpoints.weights_uri(store, "r", version))
+        weights.mkdir(parents=True)
+        checkpoints.publish(store, "r", version, version - 1, str(weights))
+
+    publish(0)
+    aside = set_aside_foreign(store, "r", local)
+    assert aside is not None and aside.name.startswith("trainer_state.foreign-") and list_states(aside) == [0, 1]
+    assert list_states(local) == []
+
+    # Once the lake holds v1, a state after step 1 is its own: kept where it is.
+    aside.rename(local)
+    publish(1)
+    assert set_aside_foreign(store, "r", local) is None and list_states(local) == [0, 1]

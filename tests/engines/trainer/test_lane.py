@@ -119,9 +119,14 @@ def test_waiting_for_a_missing_step_times_out_with_a_clear_error(tiny_model_dir,
         train_steps(cfg)
 
 
-def test_an_s3_root_keeps_the_local_state_in_the_runs_work_folder(tiny_model_dir):
+def test_an_s3_root_keeps_the_local_state_in_the_runs_work_folder_of_its_lake(tiny_model_dir):
     cfg = LaneConfig(model_dir=str(tiny_model_dir), storage={"root": "s3://b/x"}, run="r", num_steps=1)
-    assert cfg.state_path() == Path.home() / ".cache/tandem-rl/work/r/trainer_state"
+    folder = cfg.state_path().parent.parent
+    assert cfg.state_path().parent.name == "r" and folder.parent == Path.home() / ".cache/tandem-rl/work"
+    assert folder.name.startswith("b-x-")
+    # A run of the same name in another lake keeps its state elsewhere.
+    other = cfg.model_copy(update={"storage": cfg.storage.model_copy(update={"root": "s3://b/y"})})
+    assert other.state_path() != cfg.state_path()
 
 
 @pytest.mark.slow
