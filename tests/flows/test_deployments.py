@@ -392,17 +392,6 @@ def test_nightly_regrade_regrades_the_newest_run(prefect, lake):
     assert runs.latest_start(store, regrade)["source_run"] == "trained"
 
 
-def test_regrade_of_a_named_run(prefect, lake):
-    flow_run = run_deployment(
-        prefect,
-        "replay-rescore/regrade",
-        {"config": {"source_run": "trained", "run": "trained-regraded", "storage": {"root": str(lake)}, "steps": [0]}},
-    )
-    _completed(flow_run)
-    rows = connect(open_store(str(lake)), "trained-regraded").sql("SELECT count(*) FROM rescores").fetchall()
-    assert rows == [(8,)]
-
-
 def test_retrain_trains_a_new_run_on_a_finished_runs_episodes(prefect, lake):
     flow_run = run_deployment(
         prefect,

@@ -1,6 +1,6 @@
 """The plain runner (plain_runner.py) gives the statuses pytest gives.
 
-The agreement test grades generated micro tasks (700 by default, every bug kind
+The agreement test grades generated micro tasks (400 by default, every bug kind
 many times over; TANDEM_AGREEMENT_TASKS=2100 for a longer sample), each with a random
 single-line edit, both ways: through pytest (the final grade) and fast, as the
 `test` tool does; every test's status, the counts, the resolution and the notes
@@ -33,7 +33,7 @@ from engines.env.workspace import Workspace, base_files, unified_diff
 from .conftest import FAST_LIMITS
 
 # About 95% decided by the plain runner, the rest left to pytest.
-TASKS = int(os.environ.get("TANDEM_AGREEMENT_TASKS", "700"))
+TASKS = int(os.environ.get("TANDEM_AGREEMENT_TASKS", "400"))
 BUG_KINDS = {"arithmetic", "comparison", "swapped_operands", "constant", "removed_not", "removed_minus"}
 
 # (where, text): "top" puts `text` above line 1 (module level), "body" replaces a random
