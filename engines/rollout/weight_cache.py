@@ -42,6 +42,7 @@ class WeightCache:
         self.store = store
         self.root = Path(root)
         self.max_versions = max_versions
+        self._matched: set[int] = set()  # versions this cache copied or found matching the lake
 
     def versions(self) -> list[int]:
         """Versions completely copied here, ascending."""
@@ -55,9 +56,12 @@ class WeightCache:
         if not uri.startswith("s3://"):
             return local_model_dir(uri)
         dest = self.root / f"v{version}"
+        if version in self._matched and (dest / "config.json").is_file():
+            return dest  # checked once: a version's weights do not change within a run
         remote = self._remote_path(uri)
         source = self._listing(uri, remote)
         if (dest / "config.json").is_file() and _read(dest / SOURCE) == source:
+            self._matched.add(version)
             return dest
         shutil.rmtree(dest, ignore_errors=True)  # another run's copy of this version, or none
         self.evict(in_use | {version}, room=1)
@@ -66,6 +70,7 @@ class WeightCache:
             if not (partial / "config.json").is_file():
                 raise FileNotFoundError(f"{uri} has no config.json: the trainer publishes whole model directories")
             (partial / SOURCE).write_text(source)
+        self._matched.add(version)
         return dest
 
     def _listing(self, uri: str, remote: str) -> str:

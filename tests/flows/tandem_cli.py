@@ -8,8 +8,21 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import IO
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def start_tandem(config: Path, out: IO[bytes], env: dict[str, str]) -> subprocess.Popen:
+    """`tandem run --config CONFIG` started in its own process group, its output to `out`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "run", "--config", str(config)],
+        cwd=REPO,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def run_tandem(config: Path, prefect_server: dict[str, str], timeout: int = 540, clean_env: bool = False) -> str:
@@ -21,14 +34,7 @@ def run_tandem(config: Path, prefect_server: dict[str, str], timeout: int = 540,
     env = {k: v for k, v in base if not (clean_env and k.startswith(("PREFECT_", "WANDB_", "MLFLOW_")))}
     env |= {**prefect_server, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "run", "--config", str(config)],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        proc = start_tandem(config, log, env)
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:

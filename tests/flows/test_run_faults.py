@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from storage import checkpoints, shards
 from storage.fs import open_store
 from storage.query import connect
 from tests.flows.recipe_trial import merge, recipe, to_toml
+from tests.flows.tandem_cli import start_tandem
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.prefect, pytest.mark.vllm, pytest.mark.sandbox]
@@ -93,14 +93,7 @@ def _paused(port: int) -> bool:
 
 def _start(config: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
     with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "run", "--config", str(config)],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        return start_tandem(config, out, env)
 
 
 @pytest.fixture(scope="module")

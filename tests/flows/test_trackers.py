@@ -119,7 +119,7 @@ def tracked_run(tmp_path_factory: pytest.TempPathFactory, prefect_server: dict[s
     tmp = tmp_path_factory.mktemp("trackers")
     root, config = tmp / "lake", tmp / "run.toml"
     config.write_text(_config(root, build_chat_model(TRACKED_FAMILY, tmp / TRACKED_FAMILY)))
-    output = run_tandem(config, prefect_server, timeout=1200, clean_env=True)  # the suite's Prefect server
+    output = run_tandem(config, prefect_server, clean_env=True)  # the suite's Prefect server
     lake = connect(open_store(str(root)), RUN)
     steps = lake.sql("SELECT * FROM steps ORDER BY step").to_arrow_table().to_pylist()
     greedy = dict(

@@ -48,6 +48,7 @@ def test_a_copy_of_other_weights_under_the_same_uri_is_replaced(s3_bucket: str, 
     uri = _publish(store, "r", 0)
     assert (cache.local_dir(uri, 0, {0}) / "model.safetensors").read_bytes() == b"w0"
     store.fs.pipe({store.path("r/weights/v0/model.safetensors"): b"other weights"})
+    cache = WeightCache(store, tmp_path / "weights", max_versions=2)  # the new run's rollout lane
     assert (cache.local_dir(uri, 0, {0}) / "model.safetensors").read_bytes() == b"other weights"
     assert cache.versions() == [0]
 

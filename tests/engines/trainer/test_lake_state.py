@@ -76,7 +76,7 @@ def test_a_local_state_newer_than_the_lakes_weights_is_set_aside_not_resumed(tmp
     store = open_store(str(tmp_path / "lake"))
     local = tmp_path / "work" / "trainer_state"
     for step in (0, 1):
-        (state_dir(local, step)).mkdir(parents=True)
+        state_dir(local, step).mkdir(parents=True)
         (state_dir(local, step) / MARKER).write_text("{}")
 
     def publish(version: int) -> None:
