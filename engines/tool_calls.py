@@ -231,6 +231,27 @@ def chat_templates(model_dir: str) -> list[str] | None:
     return templates or None
 
 
+# What each family's template writes for a call, checked in this order (Qwen3-Coder's and
+# GLM's calls sit inside <tool_call> too; Llama 3.1's are bare JSON with "parameters").
+_CALL_MARKS = (
+    ("glm45", "<arg_key>"),
+    ("qwen3_coder", "<function="),
+    ("deepseek_v31", "<｜tool▁call▁begin｜>"),
+    ("kimi_k2", "<|tool_call_begin|>"),
+    ("hermes", "<tool_call>"),
+    ("llama3_json", '"parameters": '),
+)
+
+
+def template_tool_format(templates: list[str] | None) -> str:
+    """The tool-call format the chat template writes calls in (inference.tool_format
+    'auto'), or 'text' for a template that writes none or does not list tools."""
+    text = " ".join(templates or [])
+    if "tools" not in text:
+        return "text"
+    return next((name for name, mark in _CALL_MARKS if mark in text), "text")
+
+
 def template_supports_tools(model_dir: str) -> bool | None:
     """Whether the checkpoint's chat template renders `tools` (None: no template found to check)."""
     templates = chat_templates(model_dir)

@@ -21,9 +21,9 @@ from engines.env.config import EnvConfig
 from engines.env.micro import DemonstrationKind, EditTool
 from engines.env.selection import Hint
 from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingConfig
-from engines.model.hub import is_hub_id
+from engines.model.hub import is_hub_id, template_folder
 from engines.model.tiny import TinyModelConfig
-from engines.tool_calls import template_supports_tools
+from engines.tool_calls import chat_templates, template_supports_tools, template_tool_format
 from engines.trainer.config import SFTConfig, TrainerConfig
 from flows.lanes_config import LanesConfig
 from flows.metrics import MetricsConfig
@@ -430,6 +430,7 @@ class RunConfig(BaseModel):
             )
         if path:
             self._check_tiny_only()
+        self._settle_tool_format()
         if self.inference.tool_format != "text":
             self._check_tool_calls()
         if self.tasks.kind == "corpus" and not path:
@@ -488,6 +489,25 @@ class RunConfig(BaseModel):
                 f"GPU {both}: vLLM's KV cache and the trainer's weights would compete for its memory. Give each its "
                 "own GPUs, or set trainer.share_devices = true for a model small enough to share them"
             )
+
+    def _settle_tool_format(self) -> None:
+        """inference.tool_format 'auto' made the format model.path's chat template writes
+        ('text' for the tiny model), once, here: the stored configuration then carries it
+        to SFT, the lanes, evaluation and replay. Set as decided, not as given, so the
+        section's explicitly set keys stay the caller's (`tandem eval` reads them)."""
+        if self.inference.tool_format != "auto":
+            return
+        path = self.model.path
+        if path and path.startswith("s3://"):
+            raise ValueError(
+                f"inference.tool_format = 'auto' reads the chat template of model.path, which is on S3 ({path!r}): "
+                "set inference.tool_format to 'text' or the model family's format"
+            )
+        try:
+            fmt = template_tool_format(chat_templates(template_folder(path))) if path else "text"
+        except FileNotFoundError as exc:
+            raise ValueError(str(exc)) from None
+        object.__setattr__(self.inference, "tool_format", fmt)  # not in model_fields_set
 
     def _check_tool_calls(self) -> None:
         """Native tool calls need a chat template that lists tools: never the tiny model's own."""

@@ -12,7 +12,7 @@ Prefect retries a failed flow inside the process that ran it, which a killed pro
 cannot do, so every start is a new child flow run of the same parent and the count
 of starts is bounded here.
 
-The supervisor, not the lane, holds the machine's training slot, for all of the lane's
+The supervisor, not the lane, holds the run's training slot, for all of the lane's
 starts: a killed lane would otherwise keep it until its lease ran out (SLOT_LEASE_S,
 a minute), and its restart would wait that long for it.
 """
@@ -33,7 +33,7 @@ from engines.trainer.torchrun import trainer_environment
 from flows.metrics import MetricsConfig
 from flows.prefect_child import create_child_run
 from flows.trainer_lane import trainer_lane
-from tasks.limits import SLOT_LEASE_S, TRAINING_LIMIT
+from tasks.limits import SLOT_LEASE_S, training_limit
 from tasks.progress import say
 
 
@@ -76,11 +76,12 @@ class TrainerProcess:
         cores, wanted = sorted(os.sched_getaffinity(0)), threads * cfg.trainer.processes
         self.cores = cores[-wanted:] if len(cores) > wanted else cores
         self.parent = os.getpid()
+        self.limit = training_limit(cfg.run)
 
     async def run(self) -> None:
         """Run until the lane exits cleanly; restart it when it dies. Holds the training
         slot meanwhile."""
-        async with concurrency(TRAINING_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S):
+        async with concurrency(self.limit, occupy=1, lease_duration=SLOT_LEASE_S):
             await self._supervise()
 
     async def _supervise(self) -> None:

@@ -80,7 +80,7 @@ def replay_rescore(config: RescoreConfig) -> dict[str, Any]:
 
 @flow(name="replay-train", log_prints=True)
 def replay_train(config: ReplayTrainConfig) -> dict[str, Any]:
-    ensure_limits()  # the trainer lane takes a slot of the training limit
+    ensure_limits(config.run)  # the trainer lane takes a slot of the run's training limit
     store = open_store(config.storage)
     config = config.with_source(resolve_run(store, config.source_run))
     source = runs.latest_start(store, config.source_run) or {}

@@ -45,7 +45,7 @@ from tasks.corpus import prepare_micro_corpus, use_corpus
 @flow(name="rl", log_prints=True)
 async def rl(config: RunConfig = RunConfig()) -> dict[str, Any]:
     started = time.monotonic()
-    ensure_limits()  # a limit that does not exist would be skipped with only a warning
+    ensure_limits(config.run)  # a limit that does not exist would be skipped with only a warning
     store = open_store(config.storage)
     for change in check_resume(store, config.run, config, config.allow_config_change):
         print(f"[tandem] resuming {config.run} with a changed configuration: {change}")

@@ -24,7 +24,7 @@ from flows.runtime import open_rollout_lane, work_dir
 from flows.sinks import metrics_sink
 from storage.atomic import write_bytes_atomic
 from storage.fs import open_store
-from tasks.limits import ROLLOUT_LIMIT, SLOT_LEASE_S
+from tasks.limits import SLOT_LEASE_S, rollout_limit
 from tasks.progress import say
 from tasks.rollout import evaluate_policy, load_final_policy, retain_weights, rollout_step
 
@@ -40,10 +40,10 @@ async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
     tasks = load_corpus(corpus_dir)
     train = [t for t in tasks if t.split == "train"]
     heldout = evaluated_tasks(tasks, config.eval.tasks)
-    # The lane owns the machine's servers and sandboxes for its whole life (a slot taken
-    # per step waited about 2 s each time on Prefect's slot accounting).
+    # One rollout lane per run, for its whole life (a slot taken per step waited about
+    # 2 s each time on Prefect's slot accounting).
     async with (
-        concurrency(ROLLOUT_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S),
+        concurrency(rollout_limit(config.run), occupy=1, lease_duration=SLOT_LEASE_S),
         open_rollout_lane(config, store, train, heldout) as lane,
     ):
         sink = metrics_sink(config.metrics, "rollout", config.run, work_dir(config), config.model_dump(mode="json"))

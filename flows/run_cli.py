@@ -118,11 +118,12 @@ def final_lines(run: str, summary: dict[str, Any]) -> list[str]:
 
 
 def prefect_setup_command() -> None:
-    """Create the work pool and concurrency limits that prefect.yaml's deployments use."""
-    from flows.prefect_setup import LANE_POOLS, LIMITS, WORK_POOL, setup
+    """Create the work pools that prefect.yaml's deployments use (each run creates its own
+    concurrency limits when it starts)."""
+    from flows.prefect_setup import LANE_POOLS, WORK_POOL, setup
 
     setup()
-    typer.echo(f"work pools {[WORK_POOL, *LANE_POOLS]} and concurrency limits {sorted(LIMITS)} are ready")
+    typer.echo(f"work pools {[WORK_POOL, *LANE_POOLS]} are ready")
 
 
 def register(app: typer.Typer) -> None:

@@ -22,7 +22,7 @@ from engines.trainer.torchrun import LANE_ENTRY
 from flows.metrics import MetricsConfig, MetricsSink
 from flows.prefect_child import run_child
 from flows.trainer_ranks import lane_sink
-from tasks.limits import SLOT_LEASE_S, TRAINING_LIMIT
+from tasks.limits import SLOT_LEASE_S, training_limit
 from tasks.progress import say
 from tasks.trainer import torchrun_steps, train_step, wait_for_rollouts
 
@@ -31,10 +31,12 @@ from tasks.trainer import torchrun_steps, train_step, wait_for_rollouts
 def trainer_lane(config: LaneConfig, metrics: MetricsConfig | None = None, slot_held: bool = False) -> list[dict]:
     """`slot_held`: the process that started this lane holds the training slot for it
     (flows/lane_process.py), across the lane's restarts."""
-    # One trainer owns the machine's cores or devices for its whole life. Taking the slot
+    # One trainer lane per run, for its whole life. Taking the slot
     # once per step instead cost about 2 s per step: right after a release Prefect's
     # slot accounting still refuses the next acquisition for a while.
-    slot = nullcontext() if slot_held else concurrency(TRAINING_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S)
+    slot = (
+        nullcontext() if slot_held else concurrency(training_limit(config.run), occupy=1, lease_duration=SLOT_LEASE_S)
+    )
     with slot:
         if config.trainer.processes > 1:
             torchrun_steps(config, config.trainer.processes, rank_entry(metrics))

@@ -28,6 +28,9 @@ run test builds them, so the suite's time stays where it was):
 - kimi_k2: Kimi-K2-Instruct's own template on a DeepSeek-V3 (Kimi-K2's architecture):
   <|im_user|>/<|im_assistant|>/<|im_system|> headers, <|im_end|> closing every turn, calls
   in <|tool_calls_section_begin|>, no thinking switch.
+- llama3_1: Llama-3.1-Instruct's published template, verbatim: a dated system turn, tools
+  in the first user message, every text trimmed, tool results JSON-quoted in an `ipython`
+  turn, <|eot_id|> closing every turn.
 
 Built by `build_chat_model(family, out)` in a couple of seconds (`chat_tokenizer(name)`
 for the tokenizer alone, `chat_tokenizer_dir(name, out)` with its generation config);
@@ -56,6 +59,129 @@ LLAMA3_TEMPLATE = (
     "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
 )
 
+
+# Llama 3.1's chat template as meta-llama/Llama-3.1-8B-Instruct publishes it (the
+# `chat_template` of its tokenizer_config.json, the text shipped since its July 2024
+# update), verbatim. What it does that other families do not:
+# - a system turn always, with "Cutting Knowledge Date" and "Today Date: 26 Jul 2024"
+#   (date_string), "Environment: ipython" when tools are given;
+# - tools listed in the first user message by default (tools_in_user_message), that
+#   message's text trimmed after them;
+# - every system, user and assistant text trimmed (`| trim`);
+# - tool results in an `ipython` turn, a string written through `tojson` (a string is
+#   iterable in Jinja): the model sees the observation JSON-quoted, newlines as \n;
+# - a call as {"name": ..., "parameters": {...}} (custom tools, no <|python_tag|>),
+#   the turn closed by <|eot_id|> (<|eom_id|> only with builtin_tools).
+LLAMA31_TEMPLATE = r"""{{- bos_token }}
+{%- if custom_tools is defined %}
+    {%- set tools = custom_tools %}
+{%- endif %}
+{%- if not tools_in_user_message is defined %}
+    {%- set tools_in_user_message = true %}
+{%- endif %}
+{%- if not date_string is defined %}
+    {%- set date_string = "26 Jul 2024" %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+
+{#- This block extracts the system message, so we can slot it into the right place. #}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+
+{#- System message + builtin tools #}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{%- if builtin_tools is defined or tools is not none %}
+    {{- "Environment: ipython\n" }}
+{%- endif %}
+{%- if builtin_tools is defined %}
+    {{- "Tools: " + builtin_tools | reject('equalto', 'code_interpreter') | join(", ") + "\n\n"}}
+{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{%- if tools is not none and not tools_in_user_message %}
+    {{- "You have access to the following functions. To call a function, please respond with JSON for a function call." }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+{%- endif %}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+
+{#- Custom tools are passed in a user message with some extra guidance #}
+{%- if tools_in_user_message and not tools is none %}
+    {#- Extract the first user message so we can plug it in here #}
+    {%- if messages | length != 0 %}
+        {%- set first_user_message = messages[0]['content']|trim %}
+        {%- set messages = messages[1:] %}
+    {%- else %}
+        {{- raise_exception("Cannot put tools in the first user message when there's no first user message!") }}
+{%- endif %}
+    {{- '<|start_header_id|>user<|end_header_id|>\n\n' -}}
+    {{- "Given the following functions, please respond with a JSON for a function call " }}
+    {{- "with its proper arguments that best answers the given prompt.\n\n" }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+    {{- first_user_message + "<|eot_id|>"}}
+{%- endif %}
+
+{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {%- elif 'tool_calls' in message %}
+        {%- if not message.tool_calls|length == 1 %}
+            {{- raise_exception("This model only supports single tool-calls at once!") }}
+        {%- endif %}
+        {%- set tool_call = message.tool_calls[0].function %}
+        {%- if builtin_tools is defined and tool_call.name in builtin_tools %}
+            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- "<|python_tag|>" + tool_call.name + ".call(" }}
+            {%- for arg_name, arg_val in tool_call.arguments | items %}
+                {{- arg_name + '="' + arg_val + '"' }}
+                {%- if not loop.last %}
+                    {{- ", " }}
+                {%- endif %}
+                {%- endfor %}
+            {{- ")" }}
+        {%- else  %}
+            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- '{"name": "' + tool_call.name + '", ' }}
+            {{- '"parameters": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- "}" }}
+        {%- endif %}
+        {%- if builtin_tools is defined %}
+            {#- This means we're in ipython mode #}
+            {{- "<|eom_id|>" }}
+        {%- else %}
+            {{- "<|eot_id|>" }}
+        {%- endif %}
+    {%- elif message.role == "tool" or message.role == "ipython" %}
+        {{- "<|start_header_id|>ipython<|end_header_id|>\n\n" }}
+        {%- if message.content is mapping or message.content is iterable %}
+            {{- message.content | tojson }}
+        {%- else %}
+            {{- message.content }}
+        {%- endif %}
+        {{- "<|eot_id|>" }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+"""
 
 # Qwen3's chat template as Qwen/Qwen3-30B-A3B and Qwen/Qwen3-8B publish it
 # (tokenizer_config.json, revision 895c8d171bc03c30e113cd7a28c02494b5e068b7 of Qwen3-8B),
@@ -401,6 +527,10 @@ KIMI_K2_TEMPLATE = (
 )
 
 
+# Llama 3's pre-tokenizer pattern (tokenizer.json of Llama-3.1-8B-Instruct: a Split, isolated, then ByteLevel without its own regex).
+LLAMA3_SPLIT = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+
+
 @dataclass(frozen=True)
 class TemplateFamily:
     family: str  # engines/model/families.py
@@ -411,6 +541,9 @@ class TemplateFamily:
     bos: str | None
     generation_eos: tuple[str, ...]  # generation_config.json eos ids
     end_of_turn: str  # what closes an assistant turn in the template (GLM: the observation's header)
+    # The family's own pre-tokenizer split, where its token boundaries matter to the template
+    # (None: byte-level BPE's default split, as engines/model/tokenizer.py trains it).
+    split_pattern: str | None = None
 
 
 FAMILIES: dict[str, TemplateFamily] = {
@@ -511,6 +644,24 @@ TEMPLATES: dict[str, TemplateFamily] = {
         generation_eos=("<｜end▁of▁sentence｜>",),  # generation_config.json's eos_token_id 1
         end_of_turn="<｜end▁of▁sentence｜>",
     ),
+    "llama3_1": TemplateFamily(
+        "mixtral",  # Llama 3.1 is dense (LlamaForCausalLM); the architecture is not what is tested here
+        LLAMA31_TEMPLATE,
+        (
+            *("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>"),
+            *("<|eot_id|>", "<|eom_id|>", "<|python_tag|>", "<|finetune_right_pad_id|>"),
+        ),
+        eos="<|eot_id|>",  # Llama-3.1-8B-Instruct's tokenizer_config.json: bos <|begin_of_text|>, eos <|eot_id|>
+        pad="<|finetune_right_pad_id|>",  # it names no pad token; this reserved one is its usual choice
+        bos="<|begin_of_text|>",
+        # generation_config.json's eos_token_id [128001, 128008, 128009], in that order (the ids of these three).
+        generation_eos=("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"),
+        end_of_turn="<|eot_id|>",
+        # Its tokenizer.json's Split before the byte-level step: "\n\n" after a header is one
+        # piece whatever follows, so a turn sampled after the generation prompt's "\n\n"
+        # has the ids a fresh rendering of it has.
+        split_pattern=LLAMA3_SPLIT,
+    ),
     "kimi_k2": TemplateFamily(
         "deepseek_v3",  # Kimi-K2 is a DeepseekV3ForCausalLM (model_type kimi_k2)
         KIMI_K2_TEMPLATE,
@@ -538,6 +689,7 @@ EXTRA_TEXTS: dict[str, list[str]] = {
     "qwen3_coder": ["<function=view>\n<parameter=path>\nm.py\n</parameter>\n</function>\n", "<tool_response>\n"],
     "deepseek_v31": ["<｜Assistant｜></think>", "<｜tool▁output▁begin｜>", "the test fails: look at add</think>"],
     "kimi_k2": ["<|im_assistant|>assistant<|im_middle|>", "<|im_system|>tool<|im_middle|>## Return of "],
+    "llama3_1": ["Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n", "Environment: ipython\n"],
 }
 
 
@@ -557,10 +709,12 @@ def _texts() -> list[str]:
 
 def chat_tokenizer(name: str):  # -> PreTrainedTokenizerFast
     """The locally trained tokenizer of `TEMPLATES[name]`, carrying its template."""
+    from tokenizers import Regex, pre_tokenizers
+
     from engines.model.tokenizer import train_tokenizer
 
     spec = TEMPLATES[name]
-    return train_tokenizer(
+    tok = train_tokenizer(
         _texts() + EXTRA_TEXTS.get(name, []) * 20,
         1024,
         spec.special_tokens,
@@ -569,6 +723,14 @@ def chat_tokenizer(name: str):  # -> PreTrainedTokenizerFast
         pad_token=spec.pad,
         bos_token=spec.bos,
     )
+    if spec.split_pattern is not None:  # merges apply inside any split: the trained vocabulary still serves
+        tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(spec.split_pattern), "isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    return tok
 
 
 def chat_tokenizer_dir(name: str, out: Path) -> Path:

@@ -18,6 +18,8 @@ pytest_plugins = ["tests.host_requirements", "tests.leftovers"]
 # Keep every test process polite on a 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Nothing is downloaded at test time: a Hugging Face id resolves through the cache only.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 # A test that needs a vLLM or Prefect server waits about a minute on 2 cores for the

@@ -14,7 +14,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from engines.tool_calls import template_has_thinking_switch, template_supports_tools
+from engines.tool_calls import (
+    chat_templates,
+    template_has_thinking_switch,
+    template_supports_tools,
+    template_tool_format,
+)
 from engines.tool_formats import ToolFormatName
 
 # KV connectors registered by vLLM 0.32 (vllm/distributed/kv_transfer/kv_connector/factory.py)
@@ -235,13 +240,15 @@ class InferenceConfig(BaseModel):
         0, ge=0, le=65535, description="First port of local servers (then +1 each); 0 picks free ports."
     )
     served_model_name: str = Field("policy", description="Model name the servers answer to.")
-    tool_format: Literal["text", ToolFormatName] = Field(
-        "text",
+    tool_format: Literal["auto", "text", ToolFormatName] = Field(
+        "auto",
         description="The action language: 'text' commands (engines/protocol.py) or native tool calls in a model "
         "family's own format: 'hermes' (<tool_call>{...}</tool_call>: Hermes, Qwen2.5/3), 'llama3_json' (Llama "
         "3.1), 'glm45' (GLM-4.5 to 5), 'deepseek_v31', 'kimi_k2' or 'qwen3_coder' (engines/tool_formats/, each "
         "as vLLM's parser of that name reads it). With a format the schemas go to the chat template as `tools` "
-        "and each call is parsed by the agent loop; it needs a chat template with a tools section.",
+        "and each call is parsed by the agent loop; it needs a chat template with a tools section. 'auto': the "
+        "format the model's chat template writes calls in, 'text' where it writes none (the tiny model's), "
+        "decided when the configuration is read.",
     )
     thinking: Literal["off", "on"] | None = Field(
         None,
@@ -332,7 +339,9 @@ class InferenceConfig(BaseModel):
             raise ValueError(
                 f"sampling.max_tokens_per_turn ({self.sampling.max_tokens_per_turn}) must be below max_model_len ({self.max_model_len})"
             )
-        if self.tool_format != "text" and template_supports_tools(self.model_dir) is False:
+        if self.tool_format == "auto" and self.model_dir:  # not in model_fields_set: decided, not given
+            object.__setattr__(self, "tool_format", template_tool_format(chat_templates(self.model_dir)))
+        if self.tool_format not in ("auto", "text") and template_supports_tools(self.model_dir) is False:
             raise ValueError(
                 f"tool_format={self.tool_format!r}: the chat template in {self.model_dir} never references "
                 "`tools`, so the tool schemas would not reach the model: use a template with a tools section "

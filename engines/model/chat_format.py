@@ -55,6 +55,7 @@ engines/tool_calls.py) or sampling.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -306,15 +307,21 @@ class ChatFormat:
 
     def _check_rendered(self, new: Sequence[Message], continuation: str) -> None:
         """Raise when a new message's text is missing from its rendered continuation: a
-        template that skips a role would drop the observation without a trace."""
+        template that skips a role would drop the observation without a trace. A text the
+        template writes through `tojson` (Llama 3.1's tool results) counts as rendered."""
         for m in new:
             content = str(m["content"]).strip()
-            if content and content not in continuation:
+            if content and not any(form in continuation for form in (content, _json_quoted(content))):
                 raise ValueError(
                     f"chat template of {self.tokenizer.name_or_path!r} does not render the text of a "
                     f"{m['role']!r} message ({content[:40]!r}...): the model would never see it. Use a template "
                     f"that renders the {m['role']!r} role, or give the message in a role it renders"
                 )
+
+
+def _json_quoted(text: str) -> str:
+    """`text` as a JSON string's inside, as transformers' `tojson` filter writes it."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def split_reasoning(text: str, opened: bool = False) -> tuple[str, str | None]:

@@ -41,3 +41,35 @@ def resolve_model(path: str) -> str:
         raise FileNotFoundError(
             f"model.path {path!r}: the Hub refused it ({exc}); check the id and your HF_TOKEN"
         ) from None
+
+
+def template_folder(path: str) -> str:
+    """A local folder holding the chat template files of `path` (a directory, or a Hub id
+    whose tokenizer_config.json and chat_template.jinja are fetched into the cache: a few
+    kB, before any weights)."""
+    if not is_hub_id(path):
+        return path
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
+
+    folder, uncached = None, None
+    for name in ("tokenizer_config.json", "chat_template.jinja"):
+        try:
+            folder = os.path.dirname(hf_hub_download(repo_id=path, filename=name))
+        except LocalEntryNotFoundError as exc:  # a subclass of EntryNotFoundError: caught first
+            uncached = exc
+        except EntryNotFoundError:
+            continue  # a model may ship only one of them
+        except HfHubHTTPError as exc:
+            raise FileNotFoundError(
+                f"model.path {path!r}: the Hub refused its chat template ({exc}); check the id and your HF_TOKEN, "
+                "or set inference.tool_format ('text' or the family's format)"
+            ) from None
+    if folder is None and uncached is not None:
+        raise FileNotFoundError(
+            f"model.path {path!r}: its chat template is not in the Hugging Face cache and the Hub cannot be "
+            f"reached ({uncached}); set inference.tool_format ('text' or the family's format), or download the model once"
+        )
+    if folder is None:
+        raise FileNotFoundError(f"model.path {path!r}: no tokenizer_config.json or chat_template.jinja on the Hub")
+    return folder

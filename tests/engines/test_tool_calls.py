@@ -124,3 +124,25 @@ def test_a_template_saved_beside_the_tokenizer_is_read(tmp_path: Path) -> None:
     assert template_supports_tools(str(tmp_path)) is False
     (tmp_path / "chat_template.jinja").write_text(CHATML_TEMPLATE)
     assert template_supports_tools(str(tmp_path)) is True
+
+
+def test_auto_reads_each_familys_call_syntax_from_its_template() -> None:
+    """inference.tool_format 'auto': the format each test template (tests/chat_models.py)
+    writes calls in; the text actions for templates that write none or list no tools."""
+    from engines.protocol import CHAT_TEMPLATE
+    from engines.tool_calls import template_tool_format
+    from tests.chat_models import TEMPLATES
+
+    settled = {name: template_tool_format([spec.template]) for name, spec in TEMPLATES.items()}
+    assert settled == {
+        "chatml": "hermes",
+        "qwen3": "hermes",
+        "llama3": "text",
+        "olmoe": "text",
+        "glm": "glm45",
+        "qwen3_coder": "qwen3_coder",
+        "deepseek_v31": "deepseek_v31",
+        "kimi_k2": "kimi_k2",
+        "llama3_1": "llama3_json",
+    }
+    assert template_tool_format([CHAT_TEMPLATE]) == template_tool_format(None) == "text"

@@ -133,10 +133,11 @@ def test_inference_model_dir_is_refused_as_the_run_fills_it() -> None:
 def test_tiny_model_settings_are_refused_with_a_model_path(section: dict, named: str) -> None:
     RunConfig(**section)  # the tiny model reads them
     hub = {"path": "Qwen/Qwen3-30B-A3B"}
+    given = {"tool_format": "hermes"}  # 'auto' would read the id's template: tests/engines/model/test_hub.py
     key = re.escape(named)
     with pytest.raises(ValueError, match=rf"{key} = .*only to the tiny model.*unset model\.path"):
-        RunConfig(**{**section, "model": {**section.get("model", {}), **hub}})
-    assert RunConfig(model=hub).model.path == hub["path"]  # the defaults pass
+        RunConfig(**{**section, "model": {**section.get("model", {}), **hub}, "inference": given})
+    assert RunConfig(model=hub, inference=given).model.path == hub["path"]  # the defaults pass
 
 
 @pytest.mark.chat_template
@@ -150,3 +151,9 @@ def test_native_tool_calls_need_a_model_whose_template_lists_tools(tmp_path) -> 
         RunConfig(model={"path": str(llama3)}, inference={"tool_format": "hermes"})
     chatml = build_chat_model("chatml", tmp_path / "chatml")
     assert RunConfig(model={"path": str(chatml)}, inference={"tool_format": "hermes"}).inference.tool_format == "hermes"
+    # 'auto', the default: the format the template writes calls in, else the text actions.
+    assert RunConfig().inference.tool_format == "text"
+    assert RunConfig(model={"path": str(chatml)}).inference.tool_format == "hermes"
+    assert RunConfig(model={"path": str(llama3)}).inference.tool_format == "text"
+    with pytest.raises(ValueError, match=r"inference\.tool_format = 'auto' reads the chat template"):
+        RunConfig(model={"path": "s3://bucket/model"})

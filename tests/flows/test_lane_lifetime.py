@@ -36,7 +36,7 @@ OWNER = textwrap.dedent("""
         state_dir=str(work / "state"), trainer=TrainerConfig(processes=2),
     )
     with prefect_api(work / "prefect-home", deadline_s=300):
-        ensure_limits()
+        ensure_limits(cfg.run)
         # No rollouts ever come: the lane and its ranks wait for step 0 until killed.
         asyncio.run(TrainerProcess(cfg, work / "trainer_lane.json", max_restarts=3).run())
 """)

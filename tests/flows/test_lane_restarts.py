@@ -25,7 +25,7 @@ def test_a_failing_trainer_lane_is_restarted_lanes_max_restarts_times_under_its_
     from flows.lane_process import TrainerProcess
     from flows.lanes_config import LanesConfig
     from flows.prefect_setup import ensure_limits
-    from tasks.limits import TRAINING_LIMIT
+    from tasks.limits import training_limit
 
     for key, value in prefect_server.items():  # the lane processes read the environment
         monkeypatch.setenv(key, value)
@@ -46,14 +46,14 @@ def test_a_failing_trainer_lane_is_restarted_lanes_max_restarts_times_under_its_
         return flow_run.id
 
     with temporary_settings(updates={PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
-        ensure_limits()
+        ensure_limits(cfg.run)
         parent_id = asyncio.run(parent())
         with get_client(sync_client=True) as client:
             children = client.read_flow_runs(
                 flow_filter=FlowFilter(name=FlowFilterName(any_=["trainer-lane"])),
                 flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_id])),
             )
-            training_slots = client.read_global_concurrency_limit_by_name(TRAINING_LIMIT).active_slots
+            training_slots = client.read_global_concurrency_limit_by_name(training_limit(cfg.run)).active_slots
     # One child flow run per start (the first and one restart), each run by the lane
     # process itself and failed there, with the parameters the parent gave it.
     assert len(children) == lanes.max_restarts + 1

@@ -268,8 +268,9 @@ def test_inference_thinking_reaches_the_template_or_is_refused(tmp_path: Path) -
 def test_each_tool_format_changes_what_the_agent_loop_reads_or_is_refused(tmp_path: Path) -> None:
     """Every value of inference.tool_format reads a turn differently: over one action written
     as a text action and as each family's call, the calls each value reads as the action
-    differ (llama3_json also reads a hermes block's JSON, as vLLM's parser does). A
-    template without tools refuses every format by name."""
+    differ (llama3_json also reads a hermes block's JSON, as vLLM's parser does); 'auto'
+    reads as the format the template writes (ChatML's: hermes). A template without tools
+    refuses every format by name, and 'auto' settles there on the text actions."""
     from typing import get_args
 
     from engines.inference.agent import AgentLoop
@@ -281,19 +282,21 @@ def test_each_tool_format_changes_what_the_agent_loop_reads_or_is_refused(tmp_pa
     chat_tokenizer("chatml").save_pretrained(tmp_path / "chatml")
     action = Action("view", path="a.py")
     turns = {"text": render_action(action)} | {f: render_tool_call(action, f) for f in TOOL_FORMATS}
-    values = get_args(InferenceConfig.model_fields["tool_format"].annotation)
+    values = [v for v in get_args(InferenceConfig.model_fields["tool_format"].annotation) if v != "auto"]
     read = {}
-    for value in values:
+    for value in [*values, "auto"]:
         cfg = InferenceConfig(model_dir=str(tmp_path / "chatml"), tool_format=value)
         loop = AgentLoop(None, chat_tokenizer("chatml"), cfg)  # type: ignore[arg-type]
         read[value] = frozenset(k for k, turn in turns.items() if not isinstance(loop.turn_action(turn), InvalidAction))
     assert all(value in read[value] for value in values)
-    assert read["llama3_json"] == {"llama3_json", "hermes"} and len(set(read.values())) == len(values)
+    assert read["llama3_json"] == {"llama3_json", "hermes"} and len({read[v] for v in values}) == len(values)
+    assert read["auto"] == read["hermes"]
     (tmp_path / "llama3").mkdir()
     (tmp_path / "llama3" / "chat_template.jinja").write_text(LLAMA3_TEMPLATE)
     for value in TOOL_FORMATS:
         with pytest.raises(ValueError, match=f"tool_format='{value}': the chat template in .* never references"):
             InferenceConfig(model_dir=str(tmp_path / "llama3"), tool_format=value)
+    assert InferenceConfig(model_dir=str(tmp_path / "llama3")).tool_format == "text"
 
 
 @pytest.mark.corpus

@@ -2,7 +2,8 @@
 (`tandem run`: the suite's Prefect server, a vLLM CPU server, sandboxed grading, the
 trainer lane, weights published to v2), as tests/flows/recipe_trial.py makes it: the
 tiny test model of its family, cluster settings off, 2 steps of 4 episodes, on three
-tinydb tasks. The models' weights are random, so every reward is zero and the trainer
+tinydb tasks; the corpus and Qwen3 recipes run at once, on the same Prefect server.
+The models' weights are random, so every reward is zero and the trainer
 skips its optimizer steps (no trainable tokens); versions are still published and served.
 
 configs/glm5-multinode.toml's trial runs the GLM-4.5 model with its lake on the suite's
@@ -27,12 +28,10 @@ from storage.fs import open_store
 from storage.query import connect
 from tests.chat_models import build_chat_model
 from tests.flows.recipe_trial import FAMILY, RECIPES, to_toml, trial, widen_positions
-from tests.flows.tandem_cli import run_tandem
+from tests.flows.tandem_cli import run_tandem, run_tandems
 
 # How each family's template opens a conversation with a system message.
 OPENING = {"olmoe": "<|endoftext|><|system|>\n", "qwen3": "<|im_start|>system\n", "glm": "[gMASK]<sop><|system|>\n"}
-# A whole run: the suite's Prefect server, a vLLM server, the sandbox, a real project's tasks.
-SERVED = [pytest.mark.slow, pytest.mark.prefect, pytest.mark.vllm, pytest.mark.sandbox, pytest.mark.corpus]
 
 
 @pytest.fixture(scope="module")
@@ -93,13 +92,32 @@ def test_every_recipe_has_a_trial_this_machine_accepts(path: Path, tmp_path: Pat
     assert loaded.trainer.export_format != "fp8" and loaded.trainer.router_replay != "on"
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=SERVED) for n in ("corpus", "qwen3-30b-a3b-8gpu")])
-def test_a_recipe_reaches_v2_with_the_tiny_model_of_its_family(
-    name: str, corpus: Path, tmp_path: Path, prefect_server: dict[str, str]
+@pytest.mark.faults
+@pytest.mark.slow
+@pytest.mark.prefect
+@pytest.mark.vllm
+@pytest.mark.sandbox
+@pytest.mark.corpus
+def test_two_recipes_reach_v2_at_once_on_one_prefect_server(
+    corpus: Path, tmp_path: Path, prefect_server: dict[str, str]
 ) -> None:
-    root = str(tmp_path / "lake")
-    output = run_tandem(_trial_file(name, root, tmp_path, corpus), prefect_server)
-    _check_two_steps(output, root, name)
+    """The corpus and Qwen3 recipes, started together, each with its own lanes and lake:
+    both finish at v2, and neither waits for the other (the lanes' limits are per run,
+    tasks/limits.py), so each run's rollouts begin before the other run's last step."""
+    names = ("corpus", "qwen3-30b-a3b-8gpu")
+    roots = {name: str(tmp_path / name / "lake") for name in names}
+    for name in names:
+        (tmp_path / name).mkdir()
+    configs = [_trial_file(name, roots[name], tmp_path / name, corpus) for name in names]
+    outputs = run_tandems(configs, prefect_server)
+    spans = {}
+    for name, output in zip(names, outputs):
+        _check_two_steps(output, roots[name], name)
+        lake = connect(open_store(roots[name]), run=name)
+        first = lake.sql("SELECT min(started_at) FROM rollouts").fetchall()[0][0]
+        spans[name] = (first, lake.sql("SELECT max(written_at) FROM steps").fetchall()[0][0])
+    (a_first, a_last), (b_first, b_last) = spans.values()
+    assert a_first < b_last and b_first < a_last, spans
 
 
 @pytest.mark.s3

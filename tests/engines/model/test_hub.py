@@ -56,9 +56,37 @@ def test_uncached_id_offline_is_an_error_naming_it(tmp_path: Path) -> None:
 
 
 def test_run_config_accepts_ids_and_still_refuses_missing_paths(tmp_path: Path) -> None:
-    assert load_config(RunConfig, None, ["--model.path", "Qwen/Qwen3-30B-A3B"]).model.path == "Qwen/Qwen3-30B-A3B"
+    # An explicit tool_format: 'auto' would read the id's chat template (below).
+    given = ["--model.path", "Qwen/Qwen3-30B-A3B", "--inference.tool_format", "text"]
+    assert load_config(RunConfig, None, given).model.path == "Qwen/Qwen3-30B-A3B"
     assert is_hub_id("Qwen/Qwen3-30B-A3B") and not is_hub_id(str(tmp_path)) and not is_hub_id("s3://b/m")
     with pytest.raises(ConfigError, match=r"model\.path"):
         load_config(RunConfig, None, ["--model.path", "/nonexistent/model"])
     with pytest.raises(ConfigError, match=r"model\.path"):
         load_config(RunConfig, None, ["--model.path", "not an id/with spaces"])
+
+
+def test_auto_tool_format_reads_a_cached_ids_template_and_names_the_field_when_it_cannot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub.constants as hub_constants
+
+    from tests.chat_models import chat_tokenizer_dir
+
+    # hf_hub_download reads both at each call: offline, from this cache.
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    snapshot = fill_cache(tmp_path / "hub", "tandem-test/qwen3", chat_tokenizer_dir("qwen3", tmp_path / "qwen3"))
+    (snapshot / "chat_template.jinja").unlink(missing_ok=True)  # the template in tokenizer_config.json only
+    config = json.loads((snapshot / "tokenizer_config.json").read_text())
+    if "chat_template" not in config:
+        from tests.chat_models import QWEN3_TEMPLATE
+
+        (snapshot / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": QWEN3_TEMPLATE}))
+    given = ["--model.path", "tandem-test/qwen3"]
+    # Qwen3's template writes <tool_call>{...}</tool_call>: hermes, decided, not given.
+    settled = load_config(RunConfig, None, given).inference
+    assert settled.tool_format == "hermes" and "tool_format" not in settled.model_fields_set
+    assert load_config(RunConfig, None, [*given, "--inference.tool_format", "text"]).inference.tool_format == "text"
+    with pytest.raises(ConfigError, match=r"set inference\.tool_format"):
+        load_config(RunConfig, None, ["--model.path", "tandem-test/not-cached"])
