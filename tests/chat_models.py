@@ -568,8 +568,8 @@ FAMILIES: dict[str, TemplateFamily] = {
         end_of_turn="<|eot_id|>",
     ),
 }
-# Every test template: FAMILIES (served, fine-tuned and run end to end by the suite) and
-# those tested on their tokenizer and the scripted generator only.
+# Every test template: FAMILIES (served and fine-tuned by the suite; llama3 also run end to
+# end, test_trackers.py) and those tested on their tokenizer and the scripted generator only.
 TEMPLATES: dict[str, TemplateFamily] = {
     **FAMILIES,
     "qwen3": TemplateFamily(
@@ -677,8 +677,8 @@ TEMPLATES: dict[str, TemplateFamily] = {
         end_of_turn="<|im_end|>",
     ),
 }
-# The family whose run also carries the trackers (tests/flows/test_trackers.py), one run for both.
-TRACKED_FAMILY = "chatml"
+# The family whose whole run carries the trackers (tests/flows/test_trackers.py), one run for both.
+TRACKED_FAMILY = "llama3"
 
 
 # What the templates outside FAMILIES add to the training texts (FAMILIES' tokenizers stay as they were).

@@ -363,18 +363,20 @@ def test_nightly_evaluation_evaluates_the_newest_runs_newest_weights(prefect, la
     assert rows == [(newest,)]
 
 
-def test_evaluation_refuses_a_run_without_weights(prefect, tmp_path):
+def test_evaluation_refuses_a_run_without_weights(tmp_path):
+    """Before any server starts: the flow's own body, in this process (a deployment's run
+    of it is the nightly evaluation's above)."""
+    import asyncio
+
     from flows.config import RunConfig
+    from flows.evaluate import evaluate
     from flows.provenance import start_record
 
     root = tmp_path / "lake"
     config = RunConfig(run="unstarted", storage={"root": str(root)})
     runs.record_start(open_store(str(root)), "unstarted", start_record(config, "rl", None))
-    flow_run = run_deployment(
-        prefect, "evaluate/heldout", {"run": "newest", "config": {"storage": {"root": str(root)}}}
-    )
-    assert flow_run.state.is_failed()
-    assert "'unstarted'" in flow_run.state.message and "no published weights" in flow_run.state.message
+    with pytest.raises(Exception, match="'unstarted'.*no published weights"):
+        asyncio.run(evaluate.fn(config=RunConfig(storage={"root": str(root)}), run="newest"))
 
 
 def test_nightly_regrade_regrades_the_newest_run(prefect, lake):

@@ -1,7 +1,8 @@
 """W&B and MLflow through a real `tandem run` (the suite's Prefect server, vLLM server,
 sandboxed grading, trainer lane process) with `metrics.sinks = ["wandb", "mlflow"]`,
-from a model of the ChatML template family (the same run is that family's case of
-test_run_chat_templates.py):
+from a model of another chat-template family, Llama-3 headers on a Mixtral (the suite's
+whole run of that family; the ChatML framing's is the Qwen3 recipe's trial,
+test_recipe_first_steps.py):
 the W&B offline run files and the MLflow store it leaves, read back with each
 library's own reader, hold every step's metrics exactly as the lake's `steps` table
 does, and the held-out evaluation table as the run stored it. A sink whose library is
@@ -30,11 +31,11 @@ from flows.config import RunConfig
 from flows.config_loader import load_config
 from flows.metrics import MetricsConfig, metric_name
 from flows.trackers import EVALUATION_TABLE
+from storage import checkpoints
 from storage.fs import open_store
 from storage.query import connect
 from tests.chat_models import TRACKED_FAMILY, build_chat_model
 from tests.flows.tandem_cli import run_tandem
-from tests.flows.test_run_chat_templates import check_chat_run
 
 REPO = Path(__file__).resolve().parents[2]
 RUN, STEPS = "tracked", 2
@@ -136,8 +137,18 @@ def tracked_run(tmp_path_factory: pytest.TempPathFactory, prefect_server: dict[s
 @pytest.mark.vllm
 @pytest.mark.sandbox
 @pytest.mark.chat_template
-def test_a_two_step_run_from_a_model_with_its_own_chat_template_chatml(tracked_run: dict[str, Any]) -> None:
-    check_chat_run(tracked_run["output"], tracked_run["root"], RUN, TRACKED_FAMILY)
+def test_a_two_step_run_from_a_model_with_its_own_chat_template(tracked_run: dict[str, Any]) -> None:
+    """Finished at v2, every episode in the family's template: Llama-3 headers, whose turns
+    end at <|eot_id|> while the tokenizer's and generation config's eos is <|end_of_text|>
+    (the chat format sends the end of turn as a stop id)."""
+    output, root = tracked_run["output"], tracked_run["root"]
+    assert f"[tandem] run {RUN} finished" in output
+    store = open_store(str(root))
+    assert checkpoints.latest(store, RUN).version == 2
+    rows = connect(store, run=RUN).sql("SELECT conversation FROM rollouts").fetchall()
+    assert len(rows) == 16
+    assert all(r[0].startswith("<|begin_of_text|><|start_header_id|>system") for r in rows)
+    assert all("<|eot_id|>" in r[0] for r in rows)
 
 
 def lake_metrics(row: dict[str, Any]) -> dict[str, float]:
