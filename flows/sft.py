@@ -1,6 +1,7 @@
 """The `sft` flow: the warm start that becomes weight version 0.
 
-With `model.path` set, those weights are version 0 as they are. Otherwise a tiny
+With `model.path` set, those weights are version 0 as they are (copied into the lake
+first when the lanes run on other machines, `lanes.*_deployment`). Otherwise a tiny
 Qwen3-MoE is created (tokenizer trained on the demonstrations) and fine-tuned on
 the oracle episodes of the training tasks, so RL starts from a policy that
 sometimes succeeds. That warm start is cached by a hash of everything that makes it
@@ -10,6 +11,8 @@ that already has version 0 reuses it.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from prefect import flow
 from prefect.utilities.annotations import quote
@@ -51,7 +54,13 @@ def warm_start(config: RunConfig, corpus_dir: str) -> str:
     except NotFoundError:
         pass
     if config.model.path:
-        return publish(store, config.run, 0, -1, resolve_model(config.model.path))
+        local = resolve_model(config.model.path)
+        if config.lanes.deployed and "://" not in local:
+            # Lanes on other machines open v0 through the lake, as every later version:
+            # a path on this machine (a folder, the Hub cache) may not exist there.
+            uri = checkpoints.weights_uri(store, config.run, 0)
+            return publish(store, config.run, 0, -1, copy_warm_start(Path(local), store, uri))
+        return publish(store, config.run, 0, -1, local)
     train = [t for t in load_corpus(corpus_dir) if t.split == "train"]
     uri = checkpoints.weights_uri(store, config.run, 0)
     if config.trainer.sft.cache:

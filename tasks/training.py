@@ -126,7 +126,8 @@ def fine_tune(
 
 @task(name="copy-warm-start", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
 def copy_warm_start(local: Path, store: Store, uri: str) -> str:
-    """A cached warm start into the run's weights folder on the lake."""
+    """A local model folder (a cached warm start, or model.path's weights) into the run's
+    weights folder on the lake."""
     return copy_to_store(local, store, uri)
 
 

@@ -5,7 +5,9 @@ the Prefect API and HTTP. The trainer's machine dies mid-run (worker and lane ki
 its run is marked Crashed (what an operator or a heartbeat automation does), and a
 third machine's worker takes the resubmitted lane, which resumes at its last step from
 the state in the lake. Every step's shard is present exactly once, and the lanes'
-flow runs are children of the rl run (the deployment tests' lanes case)."""
+flow runs are children of the rl run (the deployment tests' lanes case). The model is a
+`model.path` folder on the control host: its v0 reaches the other machines through the
+lake, as every later version does."""
 
 from __future__ import annotations
 
@@ -96,14 +98,15 @@ class Host:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def _config(root: str) -> dict:
+def _config(root: str, model: Path) -> dict:
     return {
         "run": RUN,
         "storage": {"root": root},
+        "model": {"path": str(model)},  # a folder on the control host: v0 reaches the others through the lake
         "tasks": {"train_tasks": 32, "heldout_tasks": 4},
         "eval": {"tasks": 4, "samples": 1},
         "rl": {"steps": STEPS, "batch_size": 8, "group_size": 4, "async_level": 1},
-        "trainer": {"packing": False, "micro_batch_rows": 16, "seq_len": 512, "sft": {"max_steps": 5}},
+        "trainer": {"packing": False, "micro_batch_rows": 16, "seq_len": 512},
         "lanes": {**LANES, "poll_interval_s": 1.0},
     }
 
@@ -150,7 +153,10 @@ def _mark_running_trainer_lanes_crashed(client) -> int:
 
 @pytest.fixture(scope="module")
 def apart_run(
-    prefect_server: dict[str, str], s3_server: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+    prefect_server: dict[str, str],
+    s3_server: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+    tiny_model_dir: Path,
 ) -> dict[str, Any]:
     """The run, its trainer's machine crashed once a version is out: its flow run's final
     state and id, the version it was killed after, each host's worker log and HOME."""
@@ -173,7 +179,7 @@ def apart_run(
     killed_at = None
     try:
         with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
-            flow_run_id = asyncio.run(_submit(_config(root)))
+            flow_run_id = asyncio.run(_submit(_config(root, tiny_model_dir)))
             deadline = time.monotonic() + 840
             with get_client(sync_client=True) as client:
                 while True:
@@ -234,6 +240,9 @@ def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(apart_ru
         (s, 1) for s in range(STEPS)
     ]
     assert checkpoints.latest(store, RUN).version == STEPS
+    # model.path's v0 was published through the lake, like every later version.
+    assert checkpoints.get(store, RUN, 0).uri == checkpoints.weights_uri(store, RUN, 0)
+    assert checkpoints.weights_uri(store, RUN, 0).startswith("s3://")
     # Each machine kept its files in its own folders: weights pulled by the rollout host
     # into its bounded cache, trainer state on the trainer hosts (and in the lake).
     work = Path(".cache/tandem-rl/work") / lake_folder(store.url())
