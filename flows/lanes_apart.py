@@ -13,6 +13,7 @@ disk), the Prefect API and HTTP, and no local path:
 A lane run that crashes or fails is submitted again (`lanes.max_restarts`). A machine
 that dies with its worker leaves its run Running; once the run is marked Crashed
 (by an operator, or by a Prefect automation on missing heartbeats) it is submitted again.
+The other way round, a lane ends when its rl run is gone (flows/parent_watch.py).
 """
 
 from __future__ import annotations
@@ -25,17 +26,21 @@ from uuid import UUID
 from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import State
+from prefect.concurrency.asyncio import concurrency
 from prefect.deployments import run_deployment
 from prefect.states import Cancelling
 
+from engines.trainer.lane import LaneConfig
 from flows.config import RunConfig
 from flows.devices import planned
 from flows.lanes_config import LanesConfig
+from flows.parent_watch import ends_with_parent
 from flows.rollout_lane import rollout_lane
 from flows.runtime import corpus_draw, trainer_lane_config, work_dir
 from storage.atomic import write_bytes_atomic
 from storage.fs import open_store
 from tasks.corpus import draw_corpus, generate_micro_corpus
+from tasks.limits import SLOT_LEASE_S, run_limit
 from tasks.progress import say
 
 
@@ -50,7 +55,8 @@ async def rollout_host(config: RunConfig) -> None:
     this machine's GPUs (the device plan), the result into the lake."""
     config = planned(config)
     store = open_store(config.storage)
-    result = await rollout_lane(config, host_corpus(config))
+    with ends_with_parent(config.run):  # no process links it to its run: it watches the run's state
+        result = await rollout_lane(config, host_corpus(config))
     write_bytes_atomic(store, result_path(config.run), json.dumps(result).encode())
 
 
@@ -68,9 +74,20 @@ def host_corpus(config: RunConfig) -> str:
 
 async def run_lanes_apart(config: RunConfig, model_dir: str) -> dict[str, Any]:
     """Both lanes as deployments until both complete; returns the rollout lane's result."""
+    trainer = trainer_lane_config(config, model_dir)  # its state in the trainer machine's folder and the lake
+    # The lanes end when this flow's lease lapses (flows/parent_watch.py): a killed
+    # process, which no worker may report, leaves no lane behind.
+    async with concurrency(run_limit(config.run), occupy=1, lease_duration=SLOT_LEASE_S):
+        await _both_lanes(config, trainer)
+    store = open_store(config.storage)
+    return json.loads(store.fs.cat_file(store.path(result_path(config.run))))
+
+
+async def _both_lanes(config: RunConfig, trainer: LaneConfig) -> None:
+    """Supervise both lanes' deployments until both complete; a lane out of restarts
+    fails the run and the other is cancelled."""
     lanes = config.lanes
     assert lanes.rollout_deployment is not None and lanes.trainer_deployment is not None
-    trainer = trainer_lane_config(config, model_dir)  # its state in the trainer machine's folder and the lake
     jobs = [
         asyncio.create_task(supervise(lanes.rollout_deployment, {"config": config.model_dump(mode="json")}, lanes)),
         asyncio.create_task(
@@ -90,8 +107,6 @@ async def run_lanes_apart(config: RunConfig, model_dir: str) -> dict[str, Any]:
         for job in jobs:
             job.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
-    store = open_store(config.storage)
-    return json.loads(store.fs.cat_file(store.path(result_path(config.run))))
 
 
 async def supervise(deployment: str, parameters: dict[str, Any], lanes: LanesConfig) -> None:

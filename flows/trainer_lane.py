@@ -20,6 +20,7 @@ from engines.lifetime import end_with_owner
 from engines.trainer.lane import LaneConfig, TrainerLane
 from engines.trainer.torchrun import LANE_ENTRY
 from flows.metrics import MetricsConfig, MetricsSink
+from flows.parent_watch import ends_with_parent
 from flows.prefect_child import run_child
 from flows.trainer_ranks import lane_sink
 from tasks.limits import SLOT_LEASE_S, training_limit
@@ -31,13 +32,14 @@ from tasks.trainer import torchrun_steps, train_step, wait_for_rollouts
 def trainer_lane(config: LaneConfig, metrics: MetricsConfig | None = None, slot_held: bool = False) -> list[dict]:
     """`slot_held`: the process that started this lane holds the training slot for it
     (flows/lane_process.py), across the lane's restarts."""
-    # One trainer lane per run, for its whole life. Taking the slot
-    # once per step instead cost about 2 s per step: right after a release Prefect's
-    # slot accounting still refuses the next acquisition for a while.
+    # One trainer lane per run, for its whole life. Taking the slot once per step instead
+    # cost about 2 s per step: right after a release Prefect's slot accounting still
+    # refuses the next acquisition for a while.
     slot = (
         nullcontext() if slot_held else concurrency(training_limit(config.run), occupy=1, lease_duration=SLOT_LEASE_S)
     )
-    with slot:
+    # Deployed on another machine, nothing but Prefect links it to its run (flows/parent_watch.py).
+    with slot, ends_with_parent(config.run):
         if config.trainer.processes > 1:
             torchrun_steps(config, config.trainer.processes, rank_entry(metrics))
             return []
