@@ -38,27 +38,31 @@ def sft_command(
             "--tool-format",
             help="The action language the run will ask for (its inference.tool_format): 'text', or a model family's "
             "tool-call format (hermes, llama3_json, glm45, deepseek_v31, kimi_k2, qwen3_coder) to "
-            "train assistant turns as calls in that format with the tools in the template.",
+            "train assistant turns as calls in that format with the tools in the template; 'auto': the format "
+            "the model's chat template writes calls in (as a run's default), else 'text'.",
         ),
-    ] = "text",
+    ] = "auto",
 ) -> None:
     """Supervised fine-tuning of a given model on your demonstrations; extra `--key value` pairs set the trainer
     keys SFT reads (`--sft.lr`, `--sft.max_steps`, `--seq_len`, ...)."""
     from engines.model.hub import resolve_model
+    from engines.tool_calls import chat_templates, template_tool_format
     from engines.tool_formats import TOOL_FORMATS
     from engines.trainer.config import SFTCommandConfig
     from engines.trainer.demos import load_conversations
     from engines.trainer.sft import sft
 
-    if tool_format not in ("text", *TOOL_FORMATS):
+    if tool_format not in ("auto", "text", *TOOL_FORMATS):
         raise typer.BadParameter(
-            f"{tool_format!r}: use 'text' or one of {', '.join(TOOL_FORMATS)}", param_hint="--tool-format"
+            f"{tool_format!r}: use 'auto', 'text' or one of {', '.join(TOOL_FORMATS)}", param_hint="--tool-format"
         )
     with user_errors(ConfigError, ValueError, FileNotFoundError):
         cfg = load_config(SFTCommandConfig, config, list(ctx.args)).trainer()
         conversations = load_conversations(data)
         model_dir = resolve_model(model)
-    typer.echo(f"[sft] {len(conversations)} conversations from {data}; model {model_dir}")
+    if tool_format == "auto":  # as a run settles inference.tool_format: one action language for both
+        tool_format = template_tool_format(chat_templates(model_dir))
+    typer.echo(f"[sft] {len(conversations)} conversations from {data}; model {model_dir}; tool format {tool_format}")
     with user_errors(ValueError):
         path = sft(model_dir, conversations, str(out), cfg, log=typer.echo, tool_format=tool_format)
     typer.echo(f"[sft] weights written to {path}")

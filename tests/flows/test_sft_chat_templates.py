@@ -1,7 +1,8 @@
 """`tandem sft` on models of two other chat-template families (tests/chat_models.py):
 the demonstrations are rendered in the model's own template, the loss falls on the
-assistant turns, and the fine-tuned folder keeps the template for serving. With
-`--tool-format hermes` the template lists the tools and the turns are learned as calls."""
+assistant turns, and the fine-tuned folder keeps the template for serving. With hermes
+calls (`--tool-format auto`, the default, on a template that writes them) the template
+lists the tools and the turns are learned as calls."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def tandem_sft(model_dir: Path, out: Path, *extra: str, steps: int = 20) -> Resu
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_tandem_sft_trains_in_the_models_own_template(name: str, tmp_path: Path) -> None:
     out = tmp_path / "sft"
-    result = tandem_sft(build_chat_model(name, tmp_path / name), out, "--seq_len", "400", steps=30)
+    text = ("--tool-format", "text")  # the ChatML template writes hermes calls: 'auto' would train those
+    result = tandem_sft(build_chat_model(name, tmp_path / name), out, "--seq_len", "400", *text, steps=30)
     assert result.exit_code == 0, result.output
     losses = [float(x) for x in re.findall(r"\[sft\] step \d+ loss ([0-9.]+)", result.output)]
     assert len(losses) >= 3 and losses[-1] < 0.5 * losses[0], result.output
@@ -61,8 +63,9 @@ def test_tandem_sft_trains_in_the_models_own_template(name: str, tmp_path: Path)
 def test_tandem_sft_with_tool_calls_trains_the_calls_with_the_tools_listed(tmp_path: Path) -> None:
     out = tmp_path / "sft"
     hermes = ("--tool-format", "hermes")
-    result = tandem_sft(build_chat_model("chatml", tmp_path / "chatml"), out, "--seq_len", "1024", *hermes)
+    result = tandem_sft(build_chat_model("chatml", tmp_path / "chatml"), out, "--seq_len", "1024")
     assert result.exit_code == 0, result.output
+    assert "tool format hermes" in result.output  # 'auto', the default: the calls the template writes
     chat = ChatFormat.from_tokenizer(load_tokenizer(out), out, tools=TOOL_SCHEMAS)
     ids, mask = chat.conversation(as_tool_calls(CONVERSATIONS[0]))
     assert '"name": "submit"' in chat.tokenizer.decode(ids[:-20])  # the tools were in the prompt it learned from
