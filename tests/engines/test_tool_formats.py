@@ -36,7 +36,7 @@ TEXT_EDGES = [
 
 def test_one_registry_behind_the_config_and_the_cli_names() -> None:
     assert tuple(FORMATS) == TOOL_FORMATS
-    assert get_args(InferenceConfig.model_fields["tool_format"].annotation) == ("text", *TOOL_FORMATS)
+    assert get_args(InferenceConfig.model_fields["tool_format"].annotation) == ("auto", "text", *TOOL_FORMATS)
     with pytest.raises(ValueError, match="tool format 'json': use one of hermes, llama3_json"):
         tool_format("json")
 

@@ -21,9 +21,11 @@ T = TypeVar("T")
 
 
 def small_config(model_dir: Path, **overrides: Any) -> InferenceConfig:
-    """A server sized for a 2-core CPU: short context, 1 GB KV cache, eager mode."""
+    """A server sized for a 2-core CPU: short context, 1 GB KV cache, eager mode; the text
+    actions unless `tool_format` is given (the default, 'auto', would follow the template)."""
     base: dict[str, Any] = {
         "model_dir": str(model_dir),
+        "tool_format": "text",
         "max_model_len": 1024,
         "dtype": "float32",  # the CPU build would downcast to bfloat16; float32 matches transformers' logprobs
         "kv_cache_gb": 1,
