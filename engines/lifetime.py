@@ -29,9 +29,11 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
+
+import psutil
 
 OWNER_ENV = "TANDEM_OWNER"
+_GONE = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 _PR_SET_PDEATHSIG = 1
 # Resolved once here: the child, between fork and exec, only calls it.
 _prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
@@ -76,12 +78,13 @@ def stop_group(proc: subprocess.Popen, grace_s: float, first: int = signal.SIGTE
 
 
 def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot; None when it is gone or a zombie."""
+    """The process's start time (psutil's create_time, as text: equal for one process
+    however often it is read); None when it is gone or a zombie."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+        proc = psutil.Process(pid)
+        return None if proc.status() in _GONE else repr(proc.create_time())
+    except psutil.Error:
         return None
-    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def owner_env(pid: int | None = None) -> dict[str, str]:
@@ -119,19 +122,10 @@ def _watch(owner: int, started: str) -> None:
 
 
 def _descendants() -> list[int]:
-    """Every live descendant of this process, by parent pid (/proc)."""
-    parents: dict[int, list[int]] = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                parents.setdefault(ppid, []).append(int(proc.name))
-    found, frontier = [], [os.getpid()]
-    while frontier:
-        for child in parents.get(frontier.pop(), []):
-            found.append(child)
-            frontier.append(child)
-    return found
+    """Every live descendant of this process, by parent pid."""
+    with contextlib.suppress(psutil.Error):
+        return [p.pid for p in psutil.Process().children(recursive=True)]
+    return []
 
 
 def _kill_tree() -> None:

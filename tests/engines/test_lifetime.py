@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from tests.processes import alive
+
 REPO = Path(__file__).resolve().parents[2]
 
 PARENT = textwrap.dedent("""
@@ -23,11 +25,7 @@ PARENT = textwrap.dedent("""
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")  # a zombie has exited; only its reaper is missing
+    return alive(pid)
 
 
 def _orphan_after_parent_killed(mode: str) -> int:

@@ -30,6 +30,7 @@ from flows.artifacts import curve_key, steps_key
 from storage import checkpoints, runs
 from storage.fs import open_store
 from storage.query import connect
+from tests.processes import live
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -237,15 +238,7 @@ def test_default_corpus_builds_tasks_from_a_local_project(prefect, tmp_path):
 
 def _trainer_lane_pids(marker: str) -> set[int]:
     """Live trainer lane processes whose command line holds `marker`."""
-    pids = set()
-    for proc in Path("/proc").iterdir():
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except (OSError, ValueError):
-            continue
-        if "flows.trainer_lane" in cmd and marker in cmd:
-            pids.add(int(proc.name))
-    return pids
+    return {pid for pid, _ in live(lambda cmd, _: "flows.trainer_lane" in cmd and marker in cmd)}
 
 
 @pytest.fixture(scope="module")

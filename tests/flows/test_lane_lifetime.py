@@ -8,6 +8,7 @@ Prefect server and a supervised trainer lane with trainer.processes 2."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,36 +44,25 @@ OWNER = textwrap.dedent("""
 """)
 
 
-def _table() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command line) of every live process (zombies left out)."""
-    out = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError):
-            continue
-        if fields[0] not in ("Z", "X"):
-            out[int(proc.name)] = (int(fields[1]), cmd)
-    return out
-
-
 def _descendants(root: int) -> dict[int, str]:
-    table, found, frontier = _table(), {}, [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, (ppid, cmd) in table.items():
-            if ppid == parent and pid not in found:
-                found[pid] = cmd
-                frontier.append(pid)
+    """pid -> command line of every live descendant of `root` (zombies left out)."""
+    found = {}
+    for proc in psutil.Process(root).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                found[proc.pid] = " ".join(proc.cmdline())
     return found
 
 
 def _alive(pids: set[int]) -> dict[int, str]:
-    table = _table()
-    return {pid: table[pid][1] for pid in pids if pid in table}
+    """The processes of `pids` still running (zombies left out): pid -> command line."""
+    alive = {}
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive[pid] = " ".join(proc.cmdline())
+    return alive
 
 
 def test_a_sigkilled_owner_takes_its_trainer_lane_torchrun_and_ranks_along(

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import alive
+
 pytestmark = [pytest.mark.prefect, pytest.mark.faults, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,9 +142,4 @@ def _tail(log: Path) -> str:
 
 
 def _alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    return alive(pid)

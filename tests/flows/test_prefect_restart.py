@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import live
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.prefect]
 
@@ -37,16 +39,7 @@ with prefect_api(sys.argv[1], deadline_s=300):
 
 
 def _children(pid: int, needle: str) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == pid and needle in cmd:
-            found.append(int(proc.name))
-    return found
+    return [child for child, _ in live(lambda cmd, ppid: ppid == pid and needle in cmd)]
 
 
 def test_a_killed_embedded_prefect_server_is_restarted_and_the_flow_finishes(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from storage.fs import open_store
 from storage.query import connect
 from tests.flows.recipe_trial import merge, recipe, to_toml
 from tests.flows.tandem_cli import start_tandem
+from tests.processes import live
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.prefect, pytest.mark.vllm, pytest.mark.sandbox]
@@ -50,18 +51,7 @@ def _config(root: Path) -> str:
 
 
 def _procs(pred) -> list[tuple[int, str]]:
-    out = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if pred(cmd, ppid):
-            out.append((int(proc.name), cmd))
-    return out
+    return live(pred)
 
 
 def _vllm_server(root: Path) -> tuple[int, int] | None:
