@@ -101,23 +101,37 @@ def test_every_recipe_has_a_trial_this_machine_accepts(path: Path, tmp_path: Pat
 def test_two_recipes_reach_v2_at_once_on_one_prefect_server(
     corpus: Path, tmp_path: Path, prefect_server: dict[str, str]
 ) -> None:
-    """The corpus and Qwen3 recipes, started together, each with its own lanes and lake:
-    both finish at v2, and neither waits for the other (the lanes' limits are per run,
-    tasks/limits.py), so each run's rollouts begin before the other run's last step."""
+    """The corpus and Qwen3 recipes, started together, each with its own lanes and lake,
+    both finish at v2 while this test holds every slot of a server-wide training and
+    rollout limit (the names all runs shared before): a run takes only its own limits
+    (tasks/limits.py), so no run waits for another."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
     names = ("corpus", "qwen3-30b-a3b-8gpu")
     roots = {name: str(tmp_path / name / "lake") for name in names}
     for name in names:
         (tmp_path / name).mkdir()
     configs = [_trial_file(name, roots[name], tmp_path / name, corpus) for name in names]
-    outputs = run_tandems(configs, prefect_server)
-    spans = {}
+    shared = ("tandem-training", "tandem-rollout")
+    with temporary_settings(updates={PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
+        with get_client(sync_client=True) as client:
+            for limit in shared:
+                client.upsert_global_concurrency_limit_by_name(limit, 1)
+            held = client.increment_concurrency_slots_with_lease(
+                names=list(shared), slots=1, mode="concurrency", lease_duration=900
+            ).json()["lease_id"]
+        try:
+            outputs = run_tandems(configs, prefect_server)
+        finally:
+            with get_client(sync_client=True) as client:
+                client.release_concurrency_slots_with_lease(held)
+                limits = {lim.name: lim for lim in client.read_global_concurrency_limits(limit=200)}
     for name, output in zip(names, outputs):
         _check_two_steps(output, roots[name], name)
-        lake = connect(open_store(roots[name]), run=name)
-        first = lake.sql("SELECT min(started_at) FROM rollouts").fetchall()[0][0]
-        spans[name] = (first, lake.sql("SELECT max(written_at) FROM steps").fetchall()[0][0])
-    (a_first, a_last), (b_first, b_last) = spans.values()
-    assert a_first < b_last and b_first < a_last, spans
+        for lane in ("tandem-training", "tandem-rollout", "tandem-run"):
+            own = limits[f"{lane}:{name}"]
+            assert own.limit == 1 and own.active_slots == 0, own
 
 
 @pytest.mark.s3
