@@ -50,13 +50,9 @@ def _config(root: Path) -> str:
     return to_toml(merge(recipe("tiny"), overlay))
 
 
-def _procs(pred) -> list[tuple[int, str]]:
-    return live(pred)
-
-
 def _vllm_server(root: Path) -> tuple[int, int] | None:
     """(pid, port) of the run's vLLM API server (its --model lies under the run's root)."""
-    found = _procs(lambda cmd, _: "vllm.entrypoints.openai.api_server" in cmd and str(root) in cmd)
+    found = live(lambda cmd, _: "vllm.entrypoints.openai.api_server" in cmd and str(root) in cmd)
     for pid, cmd in found:
         argv = cmd.split()
         return pid, int(argv[argv.index("--port") + 1])
@@ -109,7 +105,7 @@ def faulted_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
         # 2. The embedded Prefect server, while a step is in progress.
         server = _until(
             "the Prefect server",
-            lambda: _procs(lambda cmd, ppid: ppid == proc.pid and "prefect server start" in cmd),
+            lambda: live(lambda cmd, ppid: ppid == proc.pid and "prefect server start" in cmd),
             60,
             proc,
         )
@@ -119,7 +115,7 @@ def faulted_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "a new Prefect server",
             lambda: [
                 p
-                for p in _procs(lambda cmd, ppid: ppid == proc.pid and "prefect server start" in cmd)
+                for p in live(lambda cmd, ppid: ppid == proc.pid and "prefect server start" in cmd)
                 if p[0] != server[0][0]
             ],
             120,
