@@ -15,12 +15,12 @@ episode is lost or duplicated, and staleness never exceeds k."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from storage import checkpoints, shards
@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.prefect, pytest.mark.vllm, pytest.mark.sandbox]
 
 RUN, STEPS, BATCH, K = "faulty", 6, 8, 1  # 6 steps: a quiet machine finished 4 before the third kill
+PAUSE_STATE = re.compile(r"setting pause state to (\w+)")  # vLLM's scheduler, in the server log
 
 
 def _config(root: Path) -> str:
@@ -70,11 +71,24 @@ def _until(what: str, check, timeout_s: float, proc: subprocess.Popen, poll_s: f
         time.sleep(poll_s)
 
 
-def _paused(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/is_paused", timeout=1).json().get("is_paused", False)
-    except (httpx.HTTPError, ValueError):
+def _pause_state(server_log: Path) -> str | None:
+    """The engine's last pause-state line ("PAUSED_ALL" while a weight update has it paused)."""
+    states = PAUSE_STATE.findall(server_log.read_text(errors="replace")) if server_log.exists() else []
+    return states[-1] if states else None
+
+
+def _stopped_mid_update(pid: int, server_log: Path) -> bool:
+    """Freeze the server's process group (SIGSTOP) when its engine is paused for a weight
+    update, and keep it frozen only if it still was when frozen (the engine writes its
+    pause state as it changes, so a frozen engine's log cannot move on): the kill that
+    follows lands inside the update, however short the update is."""
+    if _pause_state(server_log) != "PAUSED_ALL":
         return False
+    os.killpg(pid, signal.SIGSTOP)
+    if _pause_state(server_log) == "PAUSED_ALL":
+        return True
+    os.killpg(pid, signal.SIGCONT)  # the update ended in between: wait for the next one
+    return False
 
 
 def _start(config: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
@@ -94,8 +108,9 @@ def faulted_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     proc = _start(config, log, env)
     try:
         # 1. The vLLM server while a weight update has it paused (the first update: v0 -> v1 or later).
-        pid, port = _until("the vLLM server", lambda: _vllm_server(root), 600, proc)
-        _until("a paused server (a weight update under way)", lambda: _paused(port), 600, proc, poll_s=0.02)
+        pid, _ = _until("the vLLM server", lambda: _vllm_server(root), 600, proc)
+        server_log = root / RUN / "vllm-logs" / "server-0.log"
+        _until("a server paused for a weight update", lambda: _stopped_mid_update(pid, server_log), 600, proc, 0.01)
         os.killpg(pid, signal.SIGKILL)
         seen["vllm_killed"] = pid
         seen["vllm_back"] = _until(
