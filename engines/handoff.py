@@ -88,7 +88,7 @@ async def wait_for_policy(
     start = time.monotonic()
     deadline = start + timeout_s
     while True:
-        latest = checkpoints.latest(store, run)
+        latest = await asyncio.to_thread(checkpoints.latest, store, run)  # a lake outage waits off the loop
         version = version_to_use(step, async_level, None if latest is None else latest.version)
         if version is not None:
             return PolicyWait(version, time.monotonic() - start)

@@ -80,7 +80,8 @@ async def run_lanes_apart(config: RunConfig, model_dir: str) -> dict[str, Any]:
     async with concurrency(run_limit(config.run), occupy=1, lease_duration=SLOT_LEASE_S):
         await _both_lanes(config, trainer)
     store = open_store(config.storage)
-    return json.loads(store.fs.cat_file(store.path(result_path(config.run))))
+    result = store.path(result_path(config.run))
+    return json.loads(store.call(f"read {result_path(config.run)}", lambda: store.fs.cat_file(result)))
 
 
 async def _both_lanes(config: RunConfig, trainer: LaneConfig) -> None:

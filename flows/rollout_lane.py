@@ -6,6 +6,7 @@ stored is not redone."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -23,7 +24,7 @@ from flows.metrics import MetricsSink
 from flows.runtime import open_rollout_lane, work_dir
 from flows.sinks import metrics_sink
 from storage.atomic import write_bytes_atomic
-from storage.fs import open_store
+from storage.fs import Store, open_store
 from tasks.limits import SLOT_LEASE_S, rollout_limit
 from tasks.progress import say
 from tasks.rollout import evaluate_policy, load_final_policy, retain_weights, rollout_step
@@ -115,12 +116,21 @@ async def _evaluation(lane: RolloutLane, config: RunConfig, name: str, step: int
     """Evaluate the served policy once per (run, name); stored as JSON beside the run, and
     a row of the trackers' evaluation table at `step` (once: not again on a resume)."""
     store, path = lane.store, f"{config.run}/evals/{name}.json"
-    if store.fs.exists(store.path(path)):
-        return json.loads(store.fs.cat_file(store.path(path)))
+    stored = await asyncio.to_thread(_stored_evaluation, store, path)
+    if stored is not None:
+        return stored
     result = await evaluate_policy(lane, config.eval.samples, name)
-    write_bytes_atomic(store, path, json.dumps(result).encode())
+    await asyncio.to_thread(write_bytes_atomic, store, path, json.dumps(result).encode())
     if sink is not None:
         sink.log_evaluation(step, name, result)
     shown = {k: v for k, v in result.items() if k != "solved"}  # the solved task ids are for paired tests
     say(f"[eval] {name}: " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
     return result
+
+
+def _stored_evaluation(store: Store, path: str) -> dict | None:
+    """The evaluation stored at `path` under the lake, if there is one."""
+    full = store.path(path)
+    if not store.call(f"check {path}", lambda: store.fs.exists(full)):
+        return None
+    return json.loads(store.call(f"read {path}", lambda: store.fs.cat_file(full)))

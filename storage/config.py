@@ -27,5 +27,13 @@ class StorageConfig(BaseModel):
         "5xx, throttling), with botocore's exponential backoff and jitter (at most 20 s a wait). "
         "0 fails at the first error.",
     )
+    outage_limit_s: float = Field(
+        300.0,
+        ge=0,
+        description="How long an S3 store may stay unreachable (an outage: every request failing after "
+        "`retries`) before the run fails. Until then each failing operation is tried again with backoff "
+        "(1 s doubling to 10 s), and the terminal says so; after it, StorageUnavailableError ends the run, "
+        "and the same command resumes it. 0: fail once the retries are spent.",
+    )
     connect_timeout_s: float = Field(5.0, gt=0, description="Seconds to wait for an S3 connection.")
     read_timeout_s: float = Field(60.0, gt=0, description="Seconds to wait for S3 to answer a request.")

@@ -1,16 +1,21 @@
 """One `Store` value per lake root: the fsspec filesystem plus the root path.
 
 Local paths use fsspec's local filesystem; `s3://` roots use s3fs (storage.s3),
-whose requests botocore retries with bounded backoff. `Store.call` turns what is
-left after those retries (refused connections, timeouts, throttling) into a
-`StorageUnavailableError` naming the operation and the root. Local disk errors are
-not transient and pass through unchanged.
+whose requests botocore retries with bounded backoff. What is left after those
+retries (refused connections, timeouts, throttling) is an outage to wait out:
+`Store.call` tries the operation again with backoff, saying so once on the terminal,
+for up to `storage.outage_limit_s` from its first failure, then raises a
+`StorageUnavailableError` naming the operation, the root and the limit. Every write
+is a whole object (a shard, a weight file, a marker), so an operation tried again
+writes it once. Local disk errors are not transient and pass through unchanged.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -21,6 +26,9 @@ from storage.config import StorageConfig
 from storage.errors import StorageUnavailableError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+OUTAGE_FIRST_WAIT_S, OUTAGE_MAX_WAIT_S = 1.0, 10.0  # backoff between tries of an operation during an outage
 
 # errno values s3fs gives throttling and server-side failures (503 SlowDown -> EBUSY,
 # 500 InternalError -> EREMOTEIO), plus the socket ones.
@@ -35,6 +43,7 @@ class Store:
     root: str  # without protocol, no trailing slash
     protocol: str  # "file" or "s3"
     attempts: int = 1  # total attempts per S3 request (botocore's retry budget), for messages
+    outage_limit_s: float = 0.0  # how long an operation is tried again while the store is unreachable
 
     def path(self, *parts: str) -> str:
         return "/".join([self.root, *[p.strip("/") for p in parts if p]])
@@ -52,20 +61,58 @@ class Store:
         return self.url()
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run one store operation; a transient failure that outlived the retries
-        becomes a StorageUnavailableError naming `what` and the root."""
+        """Run one store operation. A transient failure that outlived botocore's retries
+        is waited out (tried again with backoff) for up to `outage_limit_s`, then becomes
+        a StorageUnavailableError naming `what`, the root and the limit."""
         if self.protocol == "file":
             return fn()
-        try:
-            return fn()
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            raise StorageUnavailableError(
-                f"{what} failed on {self.display} after {self.attempts} attempts: {exc}. "
-                "Check that the store is reachable (endpoint, credentials) and retry, "
-                "or raise storage.retries for a store that throttles."
-            ) from exc
+        first_failure, wait = None, OUTAGE_FIRST_WAIT_S
+        while True:
+            try:
+                result = fn()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                now = time.monotonic()
+                if first_failure is None:
+                    first_failure = now
+                    if self.outage_limit_s > 0:
+                        log.warning(
+                            "the lake at %s is unreachable (%s: %s); trying again for up to %.0f s "
+                            "(storage.outage_limit_s)",
+                            self.display,
+                            what,
+                            _short(exc),
+                            self.outage_limit_s,
+                        )
+                if now - first_failure + wait > self.outage_limit_s:
+                    raise self._unavailable(what, exc, now - first_failure) from exc
+                time.sleep(wait)
+                wait = min(2 * wait, OUTAGE_MAX_WAIT_S)
+                continue
+            if first_failure is not None:
+                log.warning(
+                    "the lake at %s is reachable again (%s) after %.0f s",
+                    self.display,
+                    what,
+                    time.monotonic() - first_failure,
+                )
+            return result
+
+    def _unavailable(self, what: str, exc: BaseException, waited_s: float) -> StorageUnavailableError:
+        waited = f", then tried again for {waited_s:.0f} s (storage.outage_limit_s = {self.outage_limit_s:g})"
+        return StorageUnavailableError(
+            f"{what} failed on {self.display} after {self.attempts} attempts{waited if self.outage_limit_s else ''}: "
+            f"{exc}. Check that the store is reachable (endpoint, credentials), then run the same command again "
+            "to resume; raise storage.outage_limit_s to wait out longer outages, or storage.retries for a store "
+            "that throttles."
+        )
+
+
+def _short(exc: BaseException) -> str:
+    """The first line of an exception's message, for a one-line warning."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:160]}" if text else type(exc).__name__
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -92,7 +139,13 @@ def open_store(config: StorageConfig | str) -> Store:
             raise ValueError(f"storage.root {root!r} names no bucket: use s3://bucket or s3://bucket/prefix")
         from storage.s3 import s3_filesystem  # imported here so local-only use never pays for botocore
 
-        return Store(fs=s3_filesystem(cfg), root=bucket_and_prefix, protocol="s3", attempts=cfg.retries + 1)
+        return Store(
+            fs=s3_filesystem(cfg),
+            root=bucket_and_prefix,
+            protocol="s3",
+            attempts=cfg.retries + 1,
+            outage_limit_s=cfg.outage_limit_s,
+        )
     if "://" in root and not root.startswith("file://"):
         raise ValueError(f"storage.root {root!r}: use a local path or an s3://bucket/prefix URL")
     local = os.path.abspath(root.removeprefix("file://"))

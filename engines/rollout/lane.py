@@ -102,7 +102,7 @@ class RolloutLane:
         if version <= self.served:
             return 0.0
         start = time.monotonic()
-        uri = checkpoints.get(self.store, self.run, version).uri
+        uri = (await asyncio.to_thread(checkpoints.get, self.store, self.run, version)).uri
         in_use = {self.served, self.started_from}
         weights = str(await asyncio.to_thread(self.weights.local_dir, uri, version, in_use))
         for attempt in range(self.settings.load_attempts):

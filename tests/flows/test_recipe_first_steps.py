@@ -7,7 +7,9 @@ The models' weights are random, so every reward is zero and the trainer
 skips its optimizer steps (no trainable tokens); versions are still published and served.
 
 configs/glm5-multinode.toml's trial runs the GLM-4.5 model with its lake on the suite's
-S3 server (GLM-5's architecture is refused by the CPU build).
+S3 server (GLM-5's architecture is refused by the CPU build), reached through a proxy
+that goes down for OUTAGE_S once v1 is out: the lanes wait the outage out, say so,
+and the run completes with every step and episode once.
 
 Two recipes run in other modules, so the suite holds one run of each, not two:
 - configs/repos.toml: tests/flows/test_corpus_run.py (its trial, building its own corpus);
@@ -16,7 +18,10 @@ Two recipes run in other modules, so the suite holds one run of each, not two:
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,11 +32,13 @@ from storage import checkpoints
 from storage.fs import open_store
 from storage.query import connect
 from tests.chat_models import build_chat_model
-from tests.flows.recipe_trial import FAMILY, RECIPES, to_toml, trial, widen_positions
+from tests.flows.recipe_trial import FAMILY, RECIPES, merge, to_toml, trial, widen_positions
 from tests.flows.tandem_cli import run_tandem, run_tandems
+from tests.storage.outage_proxy import OutageProxy
 
 # How each family's template opens a conversation with a system message.
 OPENING = {"olmoe": "<|endoftext|><|system|>\n", "qwen3": "<|im_start|>system\n", "glm": "[gMASK]<sop><|system|>\n"}
+OUTAGE_S = 30.0  # the S3 endpoint gone mid-run (the issue's 30-60 s)
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +62,13 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _trial_file(name: str, root: str, tmp: Path, corpus: Path) -> Path:
-    """The recipe's trial configuration, with its family's test model built under `tmp`."""
+def _trial_file(name: str, root: str, tmp: Path, corpus: Path, overlay: dict[str, Any] | None = None) -> Path:
+    """The recipe's trial configuration, with its family's test model built under `tmp`
+    (and `overlay`'s keys set over it)."""
     family = FAMILY[name]
     model = widen_positions(build_chat_model(family, tmp / family)) if family else None
     path = tmp / f"{name}.toml"
-    path.write_text(to_toml(trial(name, root, model, corpus)))
+    path.write_text(to_toml(merge(trial(name, root, model, corpus), overlay or {})))
     return path
 
 
@@ -135,14 +143,40 @@ def test_two_recipes_reach_v2_at_once_on_one_prefect_server(
 
 
 @pytest.mark.s3
+@pytest.mark.faults
 @pytest.mark.corpus
 @pytest.mark.sandbox
 @pytest.mark.vllm
 @pytest.mark.prefect
 @pytest.mark.slow
-def test_the_glm5_recipe_reaches_v2_with_its_lake_on_s3(
-    corpus: Path, tmp_path: Path, s3_bucket: str, prefect_server: dict[str, str]
+def test_the_glm5_recipe_reaches_v2_with_its_lake_on_s3_through_an_outage(
+    corpus: Path, tmp_path: Path, s3_bucket: str, s3_server: dict[str, str], prefect_server: dict[str, str]
 ) -> None:
-    root = f"s3://{s3_bucket}/lake"  # the recipe's lake is on S3: the suite's moto server
-    output = run_tandem(_trial_file("glm5-multinode", root, tmp_path, corpus), prefect_server)
-    _check_two_steps(output, root, "glm5-multinode")
+    root, run = f"s3://{s3_bucket}/lake", "glm5-multinode"  # the recipe's lake on the suite's moto server
+    outage: dict[str, float] = {}
+    with OutageProxy(s3_server["AWS_ENDPOINT_URL"]) as proxy:
+        # retries 0: every failed request is the outage handling's, none botocore's own backoff.
+        storage = {"storage": {"s3_endpoint_url": proxy.url, "retries": 0, "outage_limit_s": 120.0}}
+        config = _trial_file(run, root, tmp_path, corpus, storage)
+        watcher = threading.Thread(target=_outage_once_v1_is_out, args=(proxy, root, run, outage), daemon=True)
+        watcher.start()
+        output = run_tandem(config, prefect_server)
+        watcher.join(OUTAGE_S + 5)
+    assert outage.get("down_at_version") == 1, outage  # the endpoint went away mid-run, after v1
+    assert "is unreachable" in output and "trying again for up to 120 s (storage.outage_limit_s)" in output
+    assert "is reachable again" in output, output[-3000:]
+    _check_two_steps(output, root, run)
+
+
+def _outage_once_v1_is_out(proxy: OutageProxy, root: str, run: str, seen: dict[str, float]) -> None:
+    """Take the run's S3 endpoint down for OUTAGE_S once v1 is in the lake (read directly)."""
+    store, deadline = open_store(root), time.monotonic() + 300
+    while time.monotonic() < deadline:
+        latest = checkpoints.latest(store, run)
+        if latest is not None and latest.version >= 1:
+            proxy.down()
+            seen["down_at_version"] = latest.version
+            time.sleep(OUTAGE_S)
+            proxy.up()
+            return
+        time.sleep(0.2)
