@@ -77,8 +77,11 @@ async def _run_steps(
     """Roll out every step not yet published; `before` (held-out greedy pass@1 before RL)
     is marked on the curve published after each step."""
     results = []
+    published = [step for step in range(config.rl.steps) if lane.is_published(step)]
+    if published:
+        say(f"[rollout] resuming run {config.run}: {len(published)} of {config.rl.steps} steps are in the lake")
     for step in range(config.rl.steps):
-        if lane.is_published(step):
+        if step in published:
             continue  # written before a restart: shards are never duplicated
         t0 = time.monotonic()
         metrics = await rollout_step(lane, step)

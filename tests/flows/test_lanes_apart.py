@@ -1,10 +1,11 @@
 """Lanes on different machines: the rl deployment with `lanes` set submits its rollout
 lane and its trainer lane to two work pools, each served by a process worker with its
 own working directory, HOME and temporary folder; they share only the moto S3 server,
-the Prefect API and HTTP. The trainer's machine dies mid-run (worker and lane killed),
-its run is marked Crashed (what an operator or a heartbeat automation does), and a
-third machine's worker takes the resubmitted lane, which resumes at its last step from
-the state in the lake. Every step's shard is present exactly once, and the lanes'
+the Prefect API and HTTP. Both lanes' machines die at once mid-run (workers and lanes
+killed, the rollout host's vLLM server with them), their runs are marked Crashed (what
+an operator or a heartbeat automation does), and two new machines' workers take the
+resubmitted lanes: the trainer resumes at its last step from the state in the lake,
+the rollout lane at the first step not in the lake. Every step's shard is present exactly once, and the lanes'
 flow runs are children of the rl run (the deployment tests' lanes case). The model is a
 `model.path` folder on the control host: its v0 reaches the other machines through the
 lake, as every later version does."""
@@ -37,6 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 RUN = "apart"
 STEPS = 3
 LANES = {"rollout_deployment": "rollout-host/remote", "trainer_deployment": "trainer-lane/remote"}
+LANE_FLOWS = ("rollout-host", "rollout-lane", "trainer-lane")  # rollout-lane: the rollout host's subflow
 
 
 def test_lanes_config_needs_both_deployments_or_none() -> None:
@@ -129,7 +131,8 @@ async def _submit(config: dict):
     return (await run_deployment("rl/tiny-moe", parameters={"config": config}, timeout=0)).id
 
 
-def _mark_running_trainer_lanes_crashed(client) -> int:
+def _mark_running_lanes_crashed(client) -> list[str]:
+    """The flows of the dead machines' runs, marked Crashed (sorted names)."""
     from prefect.client.schemas.filters import (
         FlowFilter,
         FlowFilterName,
@@ -140,15 +143,18 @@ def _mark_running_trainer_lanes_crashed(client) -> int:
     from prefect.client.schemas.objects import StateType
     from prefect.states import Crashed
 
-    runs = client.read_flow_runs(
-        flow_filter=FlowFilter(name=FlowFilterName(any_=["trainer-lane"])),
-        flow_run_filter=FlowRunFilter(
-            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING]))
-        ),
-    )
-    for run in runs:
-        client.set_flow_run_state(run.id, Crashed(message="its machine stopped answering"), force=True)
-    return len(runs)
+    marked = []
+    for flow_name in LANE_FLOWS:
+        runs = client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name])),
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING, StateType.PENDING]))
+            ),
+        )
+        for run in runs:
+            client.set_flow_run_state(run.id, Crashed(message="its machine stopped answering"), force=True)
+            marked.append(flow_name)
+    return sorted(marked)
 
 
 @pytest.fixture(scope="module")
@@ -158,8 +164,8 @@ def apart_run(
     tmp_path_factory: pytest.TempPathFactory,
     tiny_model_dir: Path,
 ) -> dict[str, Any]:
-    """The run, its trainer's machine crashed once a version is out: its flow run's final
-    state and id, the version it was killed after, each host's worker log and HOME."""
+    """The run, both lanes' machines crashed once a version is out: its flow run's final
+    state and id, the version they were killed after, each host's worker log and HOME."""
     import boto3
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -192,9 +198,11 @@ def apart_run(
                     # the next machine rightly starts at step 0 (nothing to resume from).
                     if latest is not None and latest.version >= 1 and lake_state.lake_steps(store, RUN):
                         hosts["trainer-a"].crash()
+                        hosts["rollout"].crash()
                         killed_at = latest.version
-                        assert _mark_running_trainer_lanes_crashed(client) == 1
+                        assert _mark_running_lanes_crashed(client) == sorted(LANE_FLOWS)
                         hosts["trainer-c"] = Host(tmp_path / "trainer-c", "tandem-trainer", env)
+                        hosts["rollout-b"] = Host(tmp_path / "rollout-b", "tandem-rollout", env)
                     time.sleep(0.5)
         logs = {name: host.log_path.read_text(errors="replace") for name, host in hosts.items()}
     finally:
@@ -223,12 +231,16 @@ def apart_run(
 def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(apart_run: dict[str, Any]) -> None:
     state, logs, killed_at, store = apart_run["state"], apart_run["logs"], apart_run["killed_at"], apart_run["store"]
     assert state.is_completed(), f"rl run ended {state.type}: {state.message}\n" + logs["control"][-4000:]
-    assert killed_at is not None and killed_at < STEPS, "the trainer's machine was not killed mid-run"
+    assert killed_at is not None and killed_at < STEPS, "the lanes' machines were not killed mid-run"
 
     # The third machine's trainer resumed from the lake's state, not from step 0.
     resumed = re.findall(rf"resuming run {RUN} at step (\d+)", logs["trainer-c"])
     assert resumed and killed_at - 1 <= int(resumed[0]) <= killed_at, logs["trainer-c"][-4000:]
     assert "trainer-lane" not in logs["rollout"] and "rollout-host" not in logs["trainer-c"]
+    # The new rollout host went on from the lake: the steps published before the crash were not rolled out again.
+    assert re.search(rf"\[rollout\] resuming run {RUN}: [1-{STEPS}] of {STEPS} steps", logs["rollout-b"]), logs[
+        "rollout-b"
+    ][-4000:]
 
     lake = connect(store, RUN)
     shards = sorted(f.rsplit("/", 2)[-2:] for f in store.fs.glob(store.path(RUN, "rollouts", "step=*", "*.parquet")))
@@ -246,7 +258,7 @@ def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(apart_ru
     # Each machine kept its files in its own folders: weights pulled by the rollout host
     # into its bounded cache, trainer state on the trainer hosts (and in the lake).
     work = Path(".cache/tandem-rl/work") / lake_folder(store.url())
-    cache = apart_run["homes"]["rollout"] / work / RUN / "weights"
+    cache = apart_run["homes"]["rollout-b"] / work / RUN / "weights"
     assert 1 <= len([p for p in cache.iterdir() if p.name.startswith("v")]) <= 3
     assert (apart_run["homes"]["trainer-c"] / work / RUN / "trainer_state").is_dir()
     assert store.fs.glob(store.path(RUN, "trainer_state", "step-*", "progress.json"))
@@ -260,8 +272,8 @@ def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(apart_ru
 @pytest.mark.deployments
 @pytest.mark.timeout(900)
 def test_lanes_as_deployments_run_under_the_rl_run(apart_run: dict[str, Any]) -> None:
-    """The lanes' flow runs are children of the rl run: the rollout host's once, completed;
-    the trainer lane's twice, the crashed machine's and the one that finished."""
+    """The lanes' flow runs are children of the rl run, each twice: the crashed machine's
+    and the one that finished."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterParentFlowRunId
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -279,5 +291,5 @@ def test_lanes_as_deployments_run_under_the_rl_run(apart_run: dict[str, Any]) ->
                     parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[apart_run["flow_run_id"]])
                 ),
             )
-    assert [c.state.type.value for c in children["rollout-host"]] == ["COMPLETED"]
+    assert sorted(c.state.type.value for c in children["rollout-host"]) == ["COMPLETED", "CRASHED"]
     assert sorted(c.state.type.value for c in children["trainer-lane"]) == ["COMPLETED", "CRASHED"]
