@@ -227,6 +227,7 @@ def apart_run(
 @pytest.mark.vllm
 @pytest.mark.sandbox
 @pytest.mark.cluster
+@pytest.mark.faults
 @pytest.mark.timeout(900)  # the run's: the first test that asks for it sets it up
 def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(apart_run: dict[str, Any]) -> None:
     state, logs, killed_at, store = apart_run["state"], apart_run["logs"], apart_run["killed_at"], apart_run["store"]
