@@ -144,9 +144,11 @@ def components(run_pid: int) -> dict[str, list[psutil.Process]]:
     return found
 
 
-def kill(component: str, proc: psutil.Process, run: ChaosRun) -> None:
-    """SIGKILL `proc`, and with it its process group where it leads one (a server's workers)."""
+def kill(component: str, proc: psutil.Process, run: ChaosRun | None) -> None:
+    """SIGKILL `proc`, and with it its process group where it leads one (a server's workers);
+    the rollout lane is the whole `run`, started again."""
     if component == "rollout_lane":
+        assert run is not None, "killing the rollout lane needs the run to start again"
         run.kill()
         return
     try:

@@ -103,6 +103,15 @@ TOOL_CALL_SYSTEM_PROMPT = """You fix a bug in a repository. Each of your turns i
 
 Render = Callable[[list[Message], bool], str]
 
+# gpt-oss's harmony format: a model turn is several messages (reasoning on the analysis
+# channel, then a final answer or a call), and its template writes <|end|> in the history
+# where the model ended its turn with <|return|>.
+HARMONY_REFUSED = (
+    ". This is gpt-oss's harmony format (channels, a turn of several messages, <|return|> "
+    "rewritten as <|end|> in the history), which the agent loop does not follow yet: use "
+    "another model family"
+)
+
 
 @dataclass(frozen=True)
 class ChatFormat:
@@ -178,7 +187,7 @@ class ChatFormat:
         end_text, end_id, opens_next = _turn_end(tokenizer, render, observation, eos)
         stops = tuple(dict.fromkeys((end_id, *eos)))
         roles = tuple(ROLE_TOKEN) if own else tuple(dict.fromkeys(("system", "user", "assistant", "tool", observation)))
-        return cls(
+        chat = cls(
             tokenizer,
             render,
             end_id,
@@ -194,6 +203,24 @@ class ChatFormat:
             thinking_switch=switch,
             end_opens_next=opens_next,
         )
+        chat._check_turns()
+        return chat
+
+    def _check_turns(self) -> None:
+        """Refuse now, not at an episode's first observation, a template that cannot keep
+        a conversation token-exact: one that writes something else than the token that
+        ended a model turn once another message follows it."""
+        probe: list[Message] = [
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "a"},
+            {"role": "tool", "content": "o"},
+            {"role": "assistant", "content": "b"},
+        ]
+        try:
+            self.conversation(self._with_system(probe), "a two-turn probe conversation")
+        except ValueError as exc:
+            harmony = "<|channel|>" in (self.tokenizer.chat_template or "")
+            raise ValueError(f"{exc}{HARMONY_REFUSED if harmony else ''}") from None
 
     @property
     def extra_stop_ids(self) -> tuple[int, ...]:

@@ -7,14 +7,18 @@ process mid-step:
 2. the embedded Prefect server (before: the lanes finished, then the run failed
    with ConnectError);
 3. the rollout lane, mid-step: the run's own process, which takes its trainer lane
-   and servers with it (the whole run); then the same command again, by name.
+   and servers with it (the whole run); then the same command again, by name;
+4. during that re-run, a component drawn at random (seeded) among those running, at a
+   random moment, as `python -m benchmarks.chaos` does it (its shorter test).
 
 After all of it: the run completes, every step's shard is there exactly once, no
-episode is lost or duplicated, and staleness never exceeds k."""
+episode is lost or duplicated, staleness never exceeds k, and the chaos benchmark's
+own checks of the lake hold."""
 
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import subprocess
@@ -23,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import chaos
 from storage import checkpoints, shards
 from storage.fs import open_store
 from storage.query import connect
@@ -34,6 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.prefect, pytest.mark.vllm, pytest.mark.sandbox]
 
 RUN, STEPS, BATCH, K = "faulty", 6, 8, 1  # 6 steps: a quiet machine finished 4 before the third kill
+SEED = 1  # the random fault's draw
 PAUSE_STATE = re.compile(r"setting pause state to (\w+)")  # vLLM's scheduler, in the server log
 
 
@@ -160,6 +166,14 @@ def faulted_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
         # The same command again: resumes by name.
         proc = _start(config, log, env)
+        # 4. One random fault in the re-run, once its server is up (the whole run is not drawn: it was killed above).
+        _until("the re-run's vLLM server", lambda: _vllm_server(root), 600, proc)
+        rng = random.Random(SEED)
+        time.sleep(rng.uniform(0, 3))
+        running = {c: ps for c, ps in chaos.components(proc.pid).items() if ps and c != "rollout_lane"}
+        component = rng.choice(sorted(running))
+        chaos.kill(component, rng.choice(running[component]), run=None)
+        seen["random_fault"] = component
         seen["rerun_code"] = proc.wait(900)
     finally:
         if proc.poll() is None:
@@ -201,6 +215,20 @@ def test_a_killed_run_resumes_by_name_with_every_shard_once_and_staleness_within
     ]
     assert lake.sql("SELECT max(step - min_policy_version) FROM rollouts").fetchall()[0][0] <= K
     assert checkpoints.latest(store, RUN).version == STEPS
+
+
+def test_a_random_fault_in_the_rerun_leaves_the_chaos_benchmarks_checks_holding(faulted_run: dict) -> None:
+    assert faulted_run["random_fault"] in chaos.COMPONENTS
+    checks = chaos.check_lake(faulted_run["store"], RUN, STEPS, BATCH, K)
+    assert checks == {
+        "lost": 0,
+        "duplicated": 0,
+        "episodes_lost": 0,
+        "episodes_duplicated": 0,
+        "staleness_max": checks["staleness_max"],
+        "staleness_within_bound": True,
+        "versions_contiguous": True,
+    }, checks
 
 
 def test_retention_kept_the_newest_and_the_milestones(faulted_run: dict) -> None:

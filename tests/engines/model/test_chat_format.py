@@ -161,6 +161,31 @@ def test_templates_the_loop_cannot_follow_are_refused_with_the_reason() -> None:
         ChatFormat.from_tokenizer(tok)
 
 
+# gpt-oss's published template writes a final answer that ends the conversation with
+# <|return|> (what the model samples) and the same answer in the history with <|end|>:
+# the part of it that decides whether turns can be kept token-exact.
+HARMONY_LIKE_TEMPLATE = (
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'assistant' -%}<|start|>assistant<|channel|>final<|message|>{{ m.content }}"
+    "{%- if loop.last and not add_generation_prompt %}<|return|>{% else %}<|end|>{% endif -%}"
+    "{%- else -%}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}"
+)
+
+
+def test_a_template_that_rewrites_the_token_a_turn_ended_on_is_refused_when_the_format_is_made() -> None:
+    specials = ["<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>"]
+    tok = train_tokenizer(["view m.py\n"] * 20, 300, specials, HARMONY_LIKE_TEMPLATE, "<|return|>", "<|endoftext|>")
+    tok.name_or_path = "openai/gpt-oss-20b"
+    message = (
+        r"gpt-oss-20b'.* puts '<\|end\|><\|start\|>.*' after an assistant message here, not its end token "
+        r"'<\|return\|>'.*This is gpt-oss's harmony format"
+    )
+    with pytest.raises(ValueError, match=message):
+        ChatFormat.from_tokenizer(tok)  # before any server starts, not at the first observation
+
+
 def test_the_system_prompt_describes_every_tool_of_the_action_language() -> None:
     tools = SYSTEM_PROMPT.split("Tools:\n", 1)[1]
     assert all(any(line.startswith(t + " ") or line == t for line in tools.split("\n")) for t in TOOLS)
