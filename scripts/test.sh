@@ -3,10 +3,10 @@
 # (fast, slow and service-backed) after ruff's lint and format checks. Extra
 # arguments go to pytest.
 #
-# Three test processes (pytest-xdist) on two cores, each module whole in one of them
-# (loadscope), so a module's shared run or server is built once: the service-backed
-# modules spend much of their time waiting on process start-ups, polls and leases, and
-# the other processes fill it (measured on 2 cores: 829 s with three, 954 s with two).
+# Two test processes (pytest-xdist), each module whole in one of them (loadscope), so a
+# module's shared run or server is built once: most service-backed tests wait on
+# process start-ups and polls for part of their time, and the other process fills it
+# (a third gained nothing: 1,055 s against 1,058 s with two on the same code, 7d090b8).
 # Modules go out costliest first (tests/module_seconds.py sorts them); xdist's own
 # reorder, by number of tests per module, would hand the long one-test modules out last.
 # TANDEM_TEST_WORKERS=0 runs everything in this process.
@@ -17,6 +17,6 @@ cd "$repo"
 # Lint and format are part of the suite: a failure here fails the run before pytest.
 ruff check .
 ruff format --check .
-workers="${TANDEM_TEST_WORKERS:-3}"
+workers="${TANDEM_TEST_WORKERS:-2}"
 if [ "$workers" = 0 ]; then exec python -m pytest "$@"; fi
 exec python -m pytest -n "$workers" --dist loadscope --no-loadscope-reorder "$@"
