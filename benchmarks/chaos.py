@@ -41,7 +41,7 @@ from typing import Any
 
 import psutil
 
-from storage import shards
+from storage import layout, shards
 from storage.fs import Store, open_store
 from storage.query import connect
 
@@ -201,10 +201,8 @@ def inject(run: ChaosRun, store: Store, name: str, args: argparse.Namespace) -> 
 
 def check_lake(store: Store, run: str, steps: int, batch: int, async_level: int) -> dict[str, Any]:
     """Every step's shard and episodes once, staleness within the bound, versions contiguous."""
-    files = Counter(
-        int(path.split("step=")[1].split("/")[0])
-        for path in store.fs.glob(store.path(run, "rollouts", "step=*", "*.parquet"))
-    )
+    pattern = store.path(layout.GLOBS["rollouts"].format(run=run))
+    files = Counter(int(m.group(1)) for f in store.fs.glob(pattern) if (m := layout.STEP_RE.search(f)))
     lake = connect(store, run)
     episodes = dict(
         lake.sql("SELECT step, count(DISTINCT group_id || '/' || sample_index) FROM rollouts GROUP BY step").fetchall()
