@@ -344,7 +344,12 @@ class RunTrainerConfig(TrainerConfig):
     warmup_steps: int = Field(3, ge=0, description="Linear learning-rate warm-up in RL steps, then constant.")
     temperature: float = Field(0.7, gt=0, description="Rollout temperature: inference.sampling.temperature.")
     packing: bool = Field(False, description="Pack several episodes per row; off for short micro episodes.")
-    micro_batch_rows: int = Field(64, ge=1, description="Rows per forward/backward (half a step's batch).")
+    micro_batch_rows: int = Field(
+        16,
+        ge=1,
+        description="Forward/backward passes of at most micro_batch_rows x seq_len tokens (8k: a 1-thread trainer "
+        "ran its update fastest at 2k-8k, benchmarks/trainer_step.py).",
+    )
     seq_len: int = Field(512, ge=16, description="Row length in tokens (the server's context).")
     sft: RunSFTConfig = Field(
         default_factory=RunSFTConfig,

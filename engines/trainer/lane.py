@@ -46,6 +46,7 @@ from engines.trainer.checkpoint import load_latest_state, save_state
 from engines.trainer.config import TrainerConfig
 from engines.trainer.distributed import make_accelerator, make_trainee
 from engines.trainer.export import export_weights
+from engines.trainer.phase_clock import PhaseClock
 from engines.trainer.rl_step import rl_step
 from storage import checkpoints, shards
 from storage.config import StorageConfig
@@ -156,21 +157,25 @@ class TrainerLane:
         metrics["training_s"] = time.perf_counter() - t0
         version = step + 1
         metrics["policy_version"] = version
+        clock = PhaseClock()
         # Sharded models gather whole tensors onto rank 0 first (every rank takes part).
-        state = self.trainee.full_state() if self.trainee.full_state is not None else None
+        with clock("export"):
+            state = self.trainee.full_state() if self.trainee.full_state is not None else None
         if self.accelerator.is_main_process:
             uri = checkpoints.weights_uri(store, cfg.run, version)
-            export_weights(
-                self.trainee.module,
-                self.tokenizer,
-                uri,
-                cfg.trainer.export_format,
-                store=store,
-                state_dict=state,
-                architecture=self.arch,
-            )
-            checkpoints.publish(store, cfg.run, version, step, uri, _FORMAT_NAMES[cfg.trainer.export_format])
-            metrics.update(episode_metrics(episodes, step))
+            with clock("export"):
+                export_weights(
+                    self.trainee.module,
+                    self.tokenizer,
+                    uri,
+                    cfg.trainer.export_format,
+                    store=store,
+                    state_dict=state,
+                    architecture=self.arch,
+                )
+            with clock("publish"):
+                checkpoints.publish(store, cfg.run, version, step, uri, _FORMAT_NAMES[cfg.trainer.export_format])
+            metrics.update(episode_metrics(episodes, step), **clock.metrics())
             write_step_metrics(store, cfg.run, step, metrics)
             write_advantages(
                 store, cfg.run, step, advantages_record(episodes, advantages, cfg.run, step, cfg.rollouts_run)

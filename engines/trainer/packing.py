@@ -14,6 +14,13 @@ Packing: first-fit-decreasing into rows of `seq_len` tokens. Each episode restar
 into a block-diagonal causal mask, so attention stays inside each episode (tested:
 packed loss == unpacked loss). The row's unused tail is padding that restarts
 positions too and carries no loss.
+
+Unpacked (`packing=False`): one episode per row, padded at its end. The padding
+continues the episode's positions, so the row is one causal sequence and attention
+takes the causal kernel with no mask (a [rows, 1, L, L] mask over a packed row costs
+the whole row's L^2 on CPU: benchmarks/trainer_step.py); padding comes after every
+real token, so no real token attends to it. `length_sorted_batches` groups episodes
+of similar length so that each micro-batch pads little.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ class TrainSequence:
     inference_logprobs: np.ndarray  # float32 [T], 0 off the loss mask
     advantage: float
     routes: np.ndarray | None  # int64 [T, layers, top_k] or None
+    prompt_len: int = 0  # len(P), the tokens the group's samples share (0: unknown)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -53,6 +61,9 @@ class Batch:
     inference_logprobs: torch.Tensor  # float [R, L]
     advantages: torch.Tensor  # float [R, L]
     routes: torch.Tensor | None  # long [R, L, layers, top_k]
+    # The rows' shared prompt (one row, no loss), which they continue: shared_prompts.py.
+    prefix: Batch | None = None
+    prefix_rows: torch.Tensor | None = None  # long [R]: the prefix row each row continues
 
     @property
     def num_loss_tokens(self) -> int:
@@ -75,7 +86,9 @@ class Batch:
                     self.advantages,
                     self.routes,
                 )
-            )
+            ),
+            prefix=None if self.prefix is None else self.prefix.to(device),
+            prefix_rows=None if self.prefix_rows is None else self.prefix_rows.to(device),
         )
 
     def rows(self, start: int, stop: int) -> Batch:
@@ -113,7 +126,13 @@ def episode_from_row(row: dict, where: str = "episode") -> TrainSequence:
     logprobs[len(prompt) - 1 :] = np.where(mask, lps, 0.0)
     adv = row.get("advantage")
     return TrainSequence(
-        seq[:-1], seq[1:], loss_mask, logprobs, float(adv) if adv is not None else 0.0, _routes(row, fed, where)
+        seq[:-1],
+        seq[1:],
+        loss_mask,
+        logprobs,
+        float(adv) if adv is not None else 0.0,
+        _routes(row, fed, where),
+        len(prompt),
     )
 
 
@@ -198,9 +217,24 @@ def collate(episodes: list[TrainSequence], rows: list[list[int]], row_len: int) 
             if routes is not None:
                 routes[r, s] = e.routes
             at += n
-        pos[r, at:] = np.arange(row_len - at)  # padding is its own (loss-free) sequence
+        if len(row) == 1:  # padding continues the episode: the row reads as one causal sequence
+            pos[r, at:] = np.arange(at, row_len)
+        else:  # padding is its own (loss-free) sequence
+            pos[r, at:] = np.arange(row_len - at)
     t = torch.from_numpy
     return Batch(t(ids), t(pos), t(tgt), t(mask), t(valid), t(lps), t(adv), None if routes is None else t(routes))
+
+
+def length_sorted_batches(episodes: list[TrainSequence], token_budget: int) -> list[list[TrainSequence]]:
+    """Episodes longest first, cut into groups whose rows padded to the group's longest
+    episode hold at most `token_budget` tokens (at least one episode per group)."""
+    groups: list[list[TrainSequence]] = []
+    for e in sorted(episodes, key=len, reverse=True):
+        if groups and (len(groups[-1]) + 1) * len(groups[-1][0]) <= token_budget:
+            groups[-1].append(e)
+        else:
+            groups.append([e])
+    return groups
 
 
 def make_batch(episodes: list[TrainSequence], seq_len: int, packing: bool = True) -> Batch:

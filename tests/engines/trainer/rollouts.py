@@ -20,14 +20,18 @@ def synthetic_rollouts(
     prompt_len: tuple[int, int] = (4, 12),
     completion_len: tuple[int, int] = (3, 20),
     run: str = "r",
+    shared_prompt: bool = False,
 ) -> pa.Table:
+    """`shared_prompt`: the samples of a group share one prompt, as GRPO groups do."""
     rng = np.random.default_rng(seed)
     vocab = model.config.vocab_size
     rows = []
     with RouterReplay(model) as replay, torch.no_grad():
         for g in range(groups):
+            # Drawn only when shared: the other tables keep their random stream.
+            group_prompt = rng.integers(5, vocab, rng.integers(*prompt_len)).tolist() if shared_prompt else None
             for j in range(group_size):
-                p = rng.integers(5, vocab, rng.integers(*prompt_len)).tolist()
+                p = group_prompt or rng.integers(5, vocab, rng.integers(*prompt_len)).tolist()
                 c = rng.integers(5, vocab, rng.integers(*completion_len)).tolist()
                 mask = [bool(x) for x in rng.random(len(c)) > 0.2]
                 mask[0] = True
