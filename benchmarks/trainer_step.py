@@ -212,7 +212,9 @@ def arm(code_root: Path, work: Path, repeats: int, name: str) -> dict:
 
 def baseline_tree(commit: str, work: Path) -> Path:
     tree = work / "baseline"
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), commit], check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), commit], check=True, capture_output=True
+    )
     return tree
 
 

@@ -15,12 +15,14 @@ into a block-diagonal causal mask, so attention stays inside each episode (teste
 packed loss == unpacked loss). The row's unused tail is padding that restarts
 positions too and carries no loss.
 
-Unpacked (`packing=False`): one episode per row, padded at its end. The padding
-continues the episode's positions, so the row is one causal sequence and attention
-takes the causal kernel with no mask (a [rows, 1, L, L] mask over a packed row costs
-the whole row's L^2 on CPU: benchmarks/trainer_step.py); padding comes after every
-real token, so no real token attends to it. `length_sorted_batches` groups episodes
-of similar length so that each micro-batch pads little.
+Unpacked (`packing=False`): one episode per row, padded at its end. In RL updates
+(`continued=True`) the padding continues the episode's positions, so the row is one
+causal sequence and attention takes the causal kernel with no mask (the masked kernel
+costs about 2x on CPU: benchmarks/trainer_step.py); padding comes after every real
+token, so no real token attends to it. `length_sorted_batches` groups episodes of
+similar length so that each micro-batch pads little. SFT keeps the restarted padding
+positions its warm starts (and the golden curves built on them) were made with: the
+masked kernel rounds differently, enough to move a sampled token.
 """
 
 from __future__ import annotations
@@ -190,8 +192,10 @@ def pack_rows(lengths: list[int], seq_len: int) -> list[list[int]]:
     return rows
 
 
-def collate(episodes: list[TrainSequence], rows: list[list[int]], row_len: int) -> Batch:
-    """Tensors for `rows` (lists of episode indices), each row `row_len` tokens long."""
+def collate(episodes: list[TrainSequence], rows: list[list[int]], row_len: int, continued: bool = False) -> Batch:
+    """Tensors for `rows` (lists of episode indices), each row `row_len` tokens long.
+    `continued`: a row of one episode continues its positions into the padding (no mask
+    needed); otherwise padding restarts them, as its own sequence."""
     R = len(rows)
     ids = np.zeros((R, row_len), np.int64)
     pos = np.zeros((R, row_len), np.int64)
@@ -217,7 +221,7 @@ def collate(episodes: list[TrainSequence], rows: list[list[int]], row_len: int) 
             if routes is not None:
                 routes[r, s] = e.routes
             at += n
-        if len(row) == 1:  # padding continues the episode: the row reads as one causal sequence
+        if continued and len(row) == 1:  # the row reads as one causal sequence
             pos[r, at:] = np.arange(at, row_len)
         else:  # padding is its own (loss-free) sequence
             pos[r, at:] = np.arange(row_len - at)
@@ -237,10 +241,10 @@ def length_sorted_batches(episodes: list[TrainSequence], token_budget: int) -> l
     return groups
 
 
-def make_batch(episodes: list[TrainSequence], seq_len: int, packing: bool = True) -> Batch:
+def make_batch(episodes: list[TrainSequence], seq_len: int, packing: bool = True, continued: bool = False) -> Batch:
     """Packed rows of `seq_len` tokens, or (packing=False) one episode per row padded
-    to the longest episode."""
+    to the longest episode (`continued`: see collate)."""
     if not packing:
         longest = max((len(e) for e in episodes), default=1)
-        return collate(episodes, [[i] for i in range(len(episodes))], longest)
+        return collate(episodes, [[i] for i in range(len(episodes))], longest, continued)
     return collate(episodes, pack_rows([len(e) for e in episodes], seq_len), seq_len)

@@ -233,7 +233,10 @@ def _micro_batches(episodes: list[TrainSequence], cfg: TrainerConfig, share: boo
     if not episodes:
         return shared
     if not cfg.packing:
-        return shared + [make_batch(g, cfg.seq_len, packing=False) for g in length_sorted_batches(episodes, budget)]
+        unpacked = [
+            make_batch(g, cfg.seq_len, packing=False, continued=True) for g in length_sorted_batches(episodes, budget)
+        ]
+        return shared + unpacked
     batch = make_batch(episodes, cfg.seq_len, cfg.packing)
     n = batch.input_ids.shape[0]
     return shared + [batch.rows(i, i + cfg.micro_batch_rows) for i in range(0, n, cfg.micro_batch_rows)]

@@ -38,12 +38,16 @@ from engines.trainer.packing import Batch, TrainSequence, collate
 
 
 def prompt_groups(episodes: list[TrainSequence]) -> tuple[list[list[TrainSequence]], list[TrainSequence]]:
-    """Episodes that share a prompt of at least 2 tokens, by prompt (groups of 2 or more),
-    and the rest."""
-    by_prompt: dict[bytes, list[TrainSequence]] = defaultdict(list)
+    """Episodes that share a prompt of at least 2 tokens, and its recorded routes, by
+    prompt (groups of 2 or more), and the rest. Inference may route a prompt's tokens
+    differently in two samples (another batch, a near tie between experts); those
+    samples keep their own prompt, so the loss stays exactly the unshared one."""
+    by_prompt: dict[tuple[bytes, bytes], list[TrainSequence]] = defaultdict(list)
     for e in episodes:
         if e.prompt_len >= 2:
-            by_prompt[e.input_ids[: e.prompt_len - 1].tobytes()].append(e)
+            cut = e.prompt_len - 1
+            routes = b"" if e.routes is None else e.routes[:cut].tobytes()
+            by_prompt[(e.input_ids[:cut].tobytes(), routes)].append(e)
     groups = [g for g in by_prompt.values() if len(g) > 1]
     grouped = {id(e) for g in groups for e in g}
     return groups, [e for e in episodes if id(e) not in grouped]
@@ -57,14 +61,15 @@ def shared_prompt_batches(groups: list[list[TrainSequence]], token_budget: int) 
     if not groups:
         return []
     cut = [g[0].prompt_len - 1 for g in groups]  # prefix tokens of each group: P[:-1]
-    prompts = collate([_slice(g[0], 0, cut[i]) for i, g in enumerate(groups)], [[i] for i in range(len(groups))], max(cut))
+    prompts = [_slice(g[0], 0, cut[i]) for i, g in enumerate(groups)]
+    prompts = collate(prompts, [[i] for i in range(len(groups))], max(cut), continued=True)
     branches = sorted(
         ((_slice(e, cut[i], len(e)), i) for i, g in enumerate(groups) for e in g), key=lambda b: -len(b[0])
     )
     batches, start = [], 0
     while start < len(branches):
         part = branches[start : start + max(1, token_budget // len(branches[start][0]))]
-        rows = collate([b for b, _ in part], [[r] for r in range(len(part))], len(part[0][0]))
+        rows = collate([b for b, _ in part], [[r] for r in range(len(part))], len(part[0][0]), continued=True)
         rows.position_ids += torch.tensor([cut[g] for _, g in part])[:, None]  # continue each prompt's positions
         rows.prefix, rows.prefix_rows = prompts, torch.tensor([g for _, g in part])
         batches.append(rows)
