@@ -5,9 +5,10 @@ sample's completion. The prompt is most of an episode's tokens on short tasks (t
 default run: 113 of 206), so running it once per group instead of once per sample
 takes about half the update's work away. The loss and every gradient are the same:
 
-    prefix forward:  P[:-1] (one row), keys and values kept in a transformers cache
-    branch forward:  P[-1] + C_i[:-1] for every sample i, one row each, attending to the
-                     cache (repeated per row) and causally to itself
+    prompts forward: P[:-1] of every group (a row each), keys and values kept in a
+                     transformers cache
+    branch forward:  P[-1] + C_i[:-1] for every sample i, one row each, attending to its
+                     prompt's row of the cache and causally to itself
 
 The last prompt token opens each branch because its output predicts C_i[0], the first
 trained token. Autograd runs through the cache: the gradients of every branch's
