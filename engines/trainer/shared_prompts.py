@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from engines.trainer.packing import Batch, TrainSequence, collate
+from engines.trainer.packing import Batch, TrainSequence, collate, length_sorted_batches
 
 
 def prompt_groups(episodes: list[TrainSequence]) -> tuple[list[list[TrainSequence]], list[TrainSequence]]:
@@ -64,17 +64,14 @@ def shared_prompt_batches(groups: list[list[TrainSequence]], token_budget: int) 
     cut = [g[0].prompt_len - 1 for g in groups]  # prefix tokens of each group: P[:-1]
     prompts = [_slice(g[0], 0, cut[i]) for i, g in enumerate(groups)]
     prompts = collate(prompts, [[i] for i in range(len(groups))], max(cut), continued=True)
-    branches = sorted(
-        ((_slice(e, cut[i], len(e)), i) for i, g in enumerate(groups) for e in g), key=lambda b: -len(b[0])
-    )
-    batches, start = [], 0
-    while start < len(branches):
-        part = branches[start : start + max(1, token_budget // len(branches[start][0]))]
-        rows = collate([b for b, _ in part], [[r] for r in range(len(part))], len(part[0][0]), continued=True)
-        rows.position_ids += torch.tensor([cut[g] for _, g in part])[:, None]  # continue each prompt's positions
-        rows.prefix, rows.prefix_rows = prompts, torch.tensor([g for _, g in part])
+    branches = [(_slice(e, cut[i], len(e)), i) for i, g in enumerate(groups) for e in g]
+    group_of = {id(b): i for b, i in branches}
+    batches = []
+    for part in length_sorted_batches([b for b, _ in branches], token_budget):
+        rows = collate(part, [[r] for r in range(len(part))], len(part[0]), continued=True)
+        rows.position_ids += torch.tensor([cut[group_of[id(b)]] for b in part])[:, None]  # continue each prompt
+        rows.prefix, rows.prefix_rows = prompts, torch.tensor([group_of[id(b)] for b in part])
         batches.append(rows)
-        start += len(part)
     return batches
 
 
