@@ -63,7 +63,7 @@ class Batch:
     inference_logprobs: torch.Tensor  # float [R, L]
     advantages: torch.Tensor  # float [R, L]
     routes: torch.Tensor | None  # long [R, L, layers, top_k]
-    # The rows' shared prompt (one row, no loss), which they continue: shared_prompts.py.
+    # The update's shared prompts (a row per group, no loss) the rows continue: shared_prompts.py.
     prefix: Batch | None = None
     prefix_rows: torch.Tensor | None = None  # long [R]: the prefix row each row continues
 
@@ -89,7 +89,7 @@ class Batch:
                     self.routes,
                 )
             ),
-            prefix=None if self.prefix is None else self.prefix.to(device),
+            prefix=self.prefix,  # moved once per update, by rl_step's prompt cache
             prefix_rows=None if self.prefix_rows is None else self.prefix_rows.to(device),
         )
 
