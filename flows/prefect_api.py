@@ -110,6 +110,10 @@ class _SupervisedServer:
     def __init__(self, argv: list[str], env: dict[str, str], log: Path, url: str) -> None:
         self.argv, self.env, self.log, self.url = argv, env, log, url
         self.restarts = 0
+        # Restarts come from a thread that flows/cores_apart.py may have confined to the
+        # generation cores; the server keeps the cores it first started with, or a restart
+        # beside a busy engine outlasts the lanes' client retries.
+        self.cores = os.sched_getaffinity(0)
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
         self.proc = self._start()
@@ -122,7 +126,7 @@ class _SupervisedServer:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=functools.partial(exit_with_parent, os.getpid()),
+                preexec_fn=functools.partial(_server_child, os.getpid(), self.cores),
             )
 
     def watch(self, deadline_s: float) -> None:
@@ -154,6 +158,11 @@ class _SupervisedServer:
         if self._watcher is not None and self._watcher is not threading.current_thread():
             self._watcher.join(timeout=5)
         _stop(self.proc)
+
+
+def _server_child(parent: int, cores: set[int]) -> None:  # runs in the child before exec
+    os.sched_setaffinity(0, cores)
+    exit_with_parent(parent)
 
 
 def _stop(proc: subprocess.Popen, grace_s: float = 15.0) -> None:

@@ -27,6 +27,7 @@ from flows.artifacts import publish_step_artifacts, publish_summary
 from flows.build_tasks import build_tasks
 from flows.comparison import group_rows, heldout_comparison, heldout_groups
 from flows.config import RunConfig
+from flows.cores_apart import cores_apart
 from flows.devices import planned
 from flows.lane_process import TrainerProcess
 from flows.lanes_apart import run_lanes_apart
@@ -73,16 +74,17 @@ async def _lanes_here(config: RunConfig, corpus: str, v0: str) -> dict[str, Any]
         max_restarts=config.lanes.max_restarts,
         metrics=config.metrics,
     )
-    lanes = [asyncio.create_task(rollout_lane(config, corpus)), asyncio.create_task(trainer.run())]
-    try:
-        done, _ = await asyncio.wait(lanes, return_when=asyncio.FIRST_EXCEPTION)
-        for t in done:
-            t.result()  # a failed lane fails the run (and cancels the other below)
-        await asyncio.gather(*lanes)
-    finally:
-        for t in lanes:
-            t.cancel()
-        await trainer.stop()
+    with cores_apart(trainer.cores):  # the rollout side (and the servers it starts) off the trainer's cores
+        lanes = [asyncio.create_task(rollout_lane(config, corpus)), asyncio.create_task(trainer.run())]
+        try:
+            done, _ = await asyncio.wait(lanes, return_when=asyncio.FIRST_EXCEPTION)
+            for t in done:
+                t.result()  # a failed lane fails the run (and cancels the other below)
+            await asyncio.gather(*lanes)
+        finally:
+            for t in lanes:
+                t.cancel()
+            await trainer.stop()
     return lanes[0].result()
 
 

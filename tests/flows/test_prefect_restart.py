@@ -1,6 +1,8 @@
 """The embedded Prefect server killed (SIGKILL) while a flow is running: it is
 started again on the same port and database, and the flow finishes with its
-result. Before, the flow's tasks ran on, then the run failed with ConnectError."""
+result. Before, the flow's tasks ran on, then the run failed with ConnectError.
+The flow runs as the rollout lane does, confined off the trainer's core
+(flows/cores_apart.py): the restarted server still gets every core."""
 
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.prefect]
 
 SCRIPT = """
-import sys, time
+import os, sys, time
 from prefect import flow, task
+from flows.cores_apart import cores_apart
 from flows.prefect_api import prefect_api
 
 @task
@@ -32,9 +35,11 @@ def work(i):
 def lane(n):
     return sum(work(i) for i in range(n))
 
-with prefect_api(sys.argv[1], deadline_s=300):
+with prefect_api(sys.argv[1], deadline_s=300), cores_apart([max(os.sched_getaffinity(0))]):
     print("[test] flow starting", flush=True)
     print(f"[test] result {lane(15)}", flush=True)
+    while not os.path.exists(sys.argv[2]):  # the test has read the restarted server's cores
+        time.sleep(0.1)
 """
 
 
@@ -47,7 +52,7 @@ def test_a_killed_embedded_prefect_server_is_restarted_and_the_flow_finishes(tmp
     log = tmp_path / "out.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, str(tmp_path / "home")],
+            [sys.executable, "-c", SCRIPT, str(tmp_path / "home"), str(tmp_path / "read")],
             cwd=REPO,
             env=env,
             stdout=out,
@@ -63,11 +68,19 @@ def test_a_killed_embedded_prefect_server_is_restarted_and_the_flow_finishes(tmp
         servers = _children(proc.pid, "prefect server start")
         assert len(servers) == 1
         os.killpg(servers[0], signal.SIGKILL)
-        code = proc.wait(400)
+        while "[test] result" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline + 400, log.read_text(errors="replace")[-3000:]
+            time.sleep(0.2)
+        restarted = _children(proc.pid, "prefect server start")
+        assert len(restarted) == 1 and restarted != servers
+        cores = os.sched_getaffinity(restarted[0])
+        (tmp_path / "read").touch()
+        code = proc.wait(60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     output = log.read_text(errors="replace")
     assert code == 0, output[-4000:]
     assert "[test] result 105" in output
+    assert cores == os.sched_getaffinity(0)  # not the confined flow's cores
     assert "the Prefect server exited" in output and "the Prefect server is back" in output
