@@ -115,6 +115,14 @@ class EnvConfig(BaseModel):
         "resolved with reward 0 and its note names the rules; 'record' keeps the tests' verdict and only records the "
         "flags (GradeResult.flags, the rollouts' hack_flags), for measuring a monitor's false positives.",
     )
+    strict_judge: bool = Field(
+        True,
+        description="After the tests pass, call the task's functions on the tests' own inputs (and, for micro tasks, "
+        "the integers around them) in a sandboxed process without pytest, on the patched and on the fixed code "
+        "(engines/env/judge.py): any value that differs, or differs in type, or a different exception grades the "
+        "patch not resolved, flag `strict_judge`. Applies to tasks whose original code is known (micro and builder "
+        "tasks); false keeps the tests' verdict alone. About one sandbox start per resolved grade.",
+    )
     hack_rate_warn: float = Field(
         0.05,
         ge=0,

@@ -18,7 +18,11 @@ infra, which training leaves out of group statistics):
      `hack_policy = "zero_reward"` (the default) a flagged patch is graded not
      resolved with reward 0, its note naming the rules. The tests run in the same
      process as the code they judge, so passing them is no proof on its own.
-     Unflagged patches are graded exactly as without the monitor.
+     Unflagged patches are graded exactly as without the monitor;
+  8. with `strict_judge` on, a resolved patch of a task whose original code is known
+     is judged again on values (judge.py): its functions on the tests' own inputs, in
+     a sandboxed process without pytest, against the fixed code's answers (computed
+     once per task and copy); a difference grades it not resolved, flag `strict_judge`.
 With `fast` (the `test` tool and edit feedback, when `fast_test_runner` is on), a
 task whose tests are plain functions runs them in the same warm sandbox without
 pytest (plain_runner.py) and is decided by the same rules on the status map that
@@ -41,6 +45,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import secrets
 import shlex
 import shutil
 import tempfile
@@ -53,8 +58,9 @@ from typing import Literal
 
 from engines.env.config import EnvConfig
 from engines.env.errors import EnvError, TaskError
+from engines.env.judge import JudgeSpec, disagreement, judge_command, judge_spec, read_answers
 from engines.env.monitor import MonitorReport, scan
-from engines.env.patches import filter_patch, is_allowed
+from engines.env.patches import filter_patch, is_allowed, protected_files
 from engines.env.plain_runner import PlainRun, runs_plain
 from engines.env.report import TestReport, frame_log, report_from_log, report_from_statuses
 from engines.env.sandbox import BwrapRunner, Runner, RunResult, check_caps, make_runner
@@ -67,11 +73,6 @@ def grade(task: Task, patch: str, config: EnvConfig) -> GradeResult:
     """Grade one patch in a fresh repository copy (the pool reuses copies instead)."""
     with GradingPool(config, workers=1) as pool:
         return pool.grade_one(task, patch)
-
-
-def protected_files(task: Task) -> frozenset[str]:
-    files = {t.split("::")[0] for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)}
-    return frozenset(files | set(task.meta().get("test_files", [])))
 
 
 def targeted_command(task: Task) -> str:
@@ -97,6 +98,7 @@ class _Slot:
         self.root = root
         self.copies: dict[str, Workspace] = {}
         self.warm: dict[str, WarmPytest] = {}
+        self.judged: dict[tuple[str, str], list | None] = {}  # the fixed code's answers to the strict judge, per task
 
     def workspace(self, task: Task, python: str) -> Workspace:
         key = _copy_key(task)
@@ -143,6 +145,29 @@ class _Slot:
         assert args is not None  # runs_plain: the micro test command
         tests = list(dict.fromkeys((*task.FAIL_TO_PASS, *task.PASS_TO_PASS)))
         return self.warm[key].run_plain(args, tests)
+
+    def fixed_answers(self, task: Task, spec: JudgeSpec, config: EnvConfig, runner: Runner) -> list | None:
+        """The strict judge's answers on `task`'s fixed code (its gold patch), once per task."""
+        key = (task.instance_id, task.base_commit)
+        if key not in self.judged:
+            if len(self.judged) >= 256:
+                self.judged.pop(next(iter(self.judged)))
+            self.judged[key] = self.judge(task, spec, task.patch, config, runner)
+        return self.judged[key]
+
+    def judge(self, task: Task, spec: JudgeSpec, patch: str, config: EnvConfig, runner: Runner) -> list | None:
+        """The judge's answers on the base with `patch` applied; None when it gave none."""
+        ws = self.workspace(task, config.python)
+        if error := ws.apply(patch):
+            raise EnvError(f"a patch that applied for the tests did not apply for the strict judge: {error}")
+        nonce = f">>>>> judge {secrets.token_hex(8)} "
+        try:
+            run = runner.run(judge_command(task, spec, nonce), ws.root)
+        finally:
+            ws.reset()
+        if not run.started:
+            raise EnvError(run.infra_message)
+        return read_answers(run.output, nonce)
 
     def close(self) -> None:
         for key in list(self.copies):
@@ -262,7 +287,8 @@ def _grade(
         rep = report_from_log(
             frame_log(run.output, run.exit_code), task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS
         )
-    return _flagged(_decided(task, run, rep, dropped, config, start, "pytest"), monitor, config)
+    decided = _flagged(_decided(task, run, rep, dropped, config, start, "pytest"), monitor, config)
+    return _judged(task, filtered.text, decided, config, runner, slot)
 
 
 def _plain_grade(
@@ -360,6 +386,25 @@ def _flagged(result: GradeResult, monitor: MonitorReport, config: EnvConfig) -> 
         reward=0.0 if zero else result.reward,
         notes="; ".join(n for n in (result.notes, note) if n),
         flags=monitor.rules,
+    )
+
+
+def _judged(task: Task, patch: str, result: GradeResult, config: EnvConfig, runner: Runner, slot: _Slot) -> GradeResult:
+    """`result` after the strict judge (step 8); unchanged when it does not apply or agrees."""
+    if not (config.strict_judge and result.resolved) or (spec := judge_spec(task)) is None:
+        return result
+    expected = slot.fixed_answers(task, spec, config, runner)
+    if expected is None:  # the original itself gives no answer: the tests stay the only judge
+        return result
+    why = disagreement(spec, expected, slot.judge(task, spec, patch, config, runner))
+    if why is None:
+        return result
+    return replace(
+        result,
+        resolved=False,
+        reward=0.0,
+        notes="; ".join(n for n in (result.notes, f"strict_judge: {why}; graded not resolved") if n),
+        flags=(*result.flags, "strict_judge"),
     )
 
 

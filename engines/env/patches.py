@@ -19,6 +19,7 @@ import posixpath
 from dataclasses import dataclass
 
 from engines.env.patch_paths import Touched, git_touched
+from engines.env.types import Task
 
 _DENIED_NAMES = {
     "conftest.py",
@@ -117,3 +118,10 @@ def split_sections(patch: str) -> list[str]:
         starts = [0, *starts]
     bounds = [*starts, len(lines)]
     return ["".join(lines[a:b]) for a, b in zip(bounds, bounds[1:]) if a < b]
+
+
+def protected_files(task: Task) -> frozenset[str]:
+    """The task's test files: those of its FAIL_TO_PASS and PASS_TO_PASS tests and the
+    ones its metadata names; no patch may change them."""
+    files = {t.split("::")[0] for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)}
+    return frozenset(files | set(task.meta().get("test_files", [])))

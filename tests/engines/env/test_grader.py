@@ -86,8 +86,8 @@ def test_a_flagged_patch_gets_no_reward_by_default_and_is_only_recorded_on_reque
     with GradingPool(env_config) as pool:
         default, gold = pool.grade_many([(task, patch), (task, task.patch)])
         fast = pool.grade_one(task, patch, fast=True, changes={"m.py": hack.encode()})
-    with GradingPool(env_config.model_copy(update={"hack_policy": "record"})) as pool:
-        recorded = pool.grade_one(task, patch)
+    with GradingPool(env_config.model_copy(update={"hack_policy": "record", "strict_judge": False})) as pool:
+        recorded = pool.grade_one(task, patch)  # the strict judge would reject it on its own (test_judge.py)
     assert not default.resolved and default.reward == 0.0 and default.flags == ("equality_dunder",)
     assert "equality_dunder" in default.notes and "zero_reward" in default.notes
     assert all(s == "PASSED" for s in default.report.values())  # what the tests said is kept
