@@ -29,7 +29,12 @@ module and on its fix. `monitor_ms_micro` and `monitor_ms_project` are the media
 milliseconds the patch monitor (monitor.py) takes on one graded patch's changed files
 (parsed afresh, base and patch: no cache), on micro tasks and on the corpus's tasks,
 and `monitor_share_of_micro_grade` that cost over `micro_grade_s` (the cost of the
-monitor as a share of grading). The last line printed is one JSON object.
+monitor as a share of grading). `judge_ms_micro` is what the strict judge (judge.py) adds
+to the median grade of a resolved micro patch on one worker (the same gold patches graded
+with `env.strict_judge` on and off, alternating, the fixed code's answers already cached
+as after a group's first grade), `judge_first_ms_micro` the same for a task's first grade
+(which also runs the judge on the fixed code), and `judge_share_of_micro_grade` the
+steady cost over the grade without it. The last line printed is one JSON object.
 
     python -m benchmarks.grading [--corpus DIR] [--tasks 24] [--repeats 3] [--test-calls 200]
     python -m benchmarks.grading --test-calls-only   # only the test-call figures
@@ -167,6 +172,36 @@ def monitor_ms(tasks: list[Task]) -> float:
     return statistics.median(times) * 1000
 
 
+def judge_ms(config: EnvConfig, tasks: list[Task]) -> tuple[float, float, float]:
+    """(median ms the strict judge adds to a resolved micro grade once the fixed answers are
+    cached, the same on a task's first grade, the median grade without it)."""
+    on_pool = GradingPool(config.model_copy(update={"strict_judge": True}), workers=1)
+    off_pool = GradingPool(config.model_copy(update={"strict_judge": False}), workers=1)
+    first, on, off = [], [], []
+    with on_pool, off_pool:
+        on_pool.grade_one(tasks[0], tasks[0].patch)  # warm sandboxes up, as in a run
+        off_pool.grade_one(tasks[0], tasks[0].patch)
+        for task in tasks[1:]:
+            first.append(on_pool.grade_one(task, task.patch).grading_s - off_pool.grade_one(task, task.patch).grading_s)
+            for _ in range(3):
+                off.append(off_pool.grade_one(task, task.patch).grading_s)
+                result = on_pool.grade_one(task, task.patch)
+                assert result.resolved, f"the gold patch of {task.instance_id} was not resolved: {result.notes}"
+                on.append(result.grading_s)
+    steady = (statistics.median(on) - statistics.median(off)) * 1000
+    return steady, statistics.median(first) * 1000, statistics.median(off) * 1000
+
+
+def _judge_figures(config: EnvConfig) -> dict:
+    steady, first, grade = judge_ms(config, generate_micro_tasks(24, seed=5))
+    return {
+        "judge_ms_micro": round(steady, 1),
+        "judge_first_ms_micro": round(first, 1),
+        "resolved_micro_grade_ms": round(grade, 1),
+        "judge_share_of_micro_grade": round(steady / grade, 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", help="corpus directory (default: a cached toolz corpus)")
@@ -180,10 +215,12 @@ def main() -> None:
         scratch = Path(tempfile.mkdtemp(prefix="bench-grading-"))
         try:
             slow_ms, fast_ms = test_call_ms(EnvConfig(scratch_dir=str(scratch)), args.test_calls)
+            judge = _judge_figures(EnvConfig(scratch_dir=str(scratch)))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         micro_ms = monitor_ms(generate_micro_tasks(50, seed=1))
-        print(json.dumps({**_test_calls(args.test_calls, slow_ms, fast_ms), "monitor_ms_micro": round(micro_ms, 3)}))
+        calls = _test_calls(args.test_calls, slow_ms, fast_ms)
+        print(json.dumps({**calls, "monitor_ms_micro": round(micro_ms, 3), **judge}))
         return
 
     tasks = bench_corpus(args.corpus, args.tasks)
@@ -210,6 +247,7 @@ def main() -> None:
             pool.grade_one(micro[0], micro[0].patch)
             micro_s = statistics.median(pool.grade_one(t, p).grading_s for t in micro for p in (t.patch, ""))
         slow_ms, fast_ms = test_call_ms(config, args.test_calls)
+        judge = _judge_figures(config)
         micro_monitor_ms, project_monitor_ms = monitor_ms(micro), monitor_ms(tasks)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -238,6 +276,7 @@ def main() -> None:
         "monitor_ms_micro": round(micro_monitor_ms, 3),
         "monitor_ms_project": round(project_monitor_ms, 3),
         "monitor_share_of_micro_grade": round(micro_monitor_ms / 1000 / micro_s, 4),
+        **judge,
     }
     print(json.dumps(result))
 
