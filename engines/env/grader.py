@@ -288,7 +288,7 @@ def _grade(
             frame_log(run.output, run.exit_code), task.log_parser, task.FAIL_TO_PASS, task.PASS_TO_PASS
         )
     decided = _flagged(_decided(task, run, rep, dropped, config, start, "pytest"), monitor, config)
-    return _judged(task, filtered.text, decided, config, runner, slot)
+    return _judged(task, filtered.text, decided, config, runner, slot, start)
 
 
 def _plain_grade(
@@ -389,20 +389,23 @@ def _flagged(result: GradeResult, monitor: MonitorReport, config: EnvConfig) -> 
     )
 
 
-def _judged(task: Task, patch: str, result: GradeResult, config: EnvConfig, runner: Runner, slot: _Slot) -> GradeResult:
-    """`result` after the strict judge (step 8); unchanged when it does not apply or agrees."""
+def _judged(
+    task: Task, patch: str, result: GradeResult, config: EnvConfig, runner: Runner, slot: _Slot, start: float
+) -> GradeResult:
+    """`result` after the strict judge (step 8), its time counted in `grading_s`;
+    unchanged when the judge does not apply."""
     if not (config.strict_judge and result.resolved) or (spec := judge_spec(task)) is None:
         return result
     expected = slot.fixed_answers(task, spec, config, runner)
-    if expected is None:  # the original itself gives no answer: the tests stay the only judge
-        return result
-    why = disagreement(spec, expected, slot.judge(task, spec, patch, config, runner))
+    # None: the original itself gives no answer, so the tests stay the only judge.
+    why = None if expected is None else disagreement(spec, expected, slot.judge(task, spec, patch, config, runner))
     if why is None:
-        return result
+        return replace(result, grading_s=time.monotonic() - start)
     return replace(
         result,
         resolved=False,
         reward=0.0,
+        grading_s=time.monotonic() - start,
         notes="; ".join(n for n in (result.notes, f"strict_judge: {why}; graded not resolved") if n),
         flags=(*result.flags, "strict_judge"),
     )

@@ -222,7 +222,8 @@ def warn_on_hack_rate(step: int, table: pa.Table, threshold: float, policy: str)
     consequence = (
         "Their reward is zero (env.hack_policy = 'zero_reward'), yet the policy keeps trying them"
         if policy == "zero_reward"
-        else "They keep their reward (env.hack_policy = 'record'): the run is learning them"
+        else "The monitor's flags keep their reward (env.hack_policy = 'record'; a strict_judge rejection gets none): "
+        "the run is learning them"
     )
     log.warning(
         "step %d: hack rate %.3f is above env.hack_rate_warn = %.3f; rules flagged most: %s. %s; the flagged "
