@@ -58,7 +58,7 @@ from typing import Literal
 
 from engines.env.config import EnvConfig
 from engines.env.errors import EnvError, TaskError
-from engines.env.judge import JudgeSpec, disagreement, judge_command, judge_spec, read_answers
+from engines.env.judge import SCRIPT, JudgeSpec, disagreement, judge_command, judge_spec, read_answers
 from engines.env.monitor import MonitorReport, scan
 from engines.env.patches import filter_patch, is_allowed, protected_files
 from engines.env.plain_runner import PlainRun, runs_plain
@@ -98,6 +98,7 @@ class _Slot:
         self.root = root
         self.copies: dict[str, Workspace] = {}
         self.warm: dict[str, WarmPytest] = {}
+        self.warm_judges: dict[str, WarmPytest] = {}  # the strict judge's warm sandboxes, without pytest
         self.judged: dict[tuple[str, str], list | None] = {}  # the fixed code's answers to the strict judge, per task
 
     def workspace(self, task: Task, python: str) -> Workspace:
@@ -162,7 +163,13 @@ class _Slot:
             raise EnvError(f"a patch that applied for the tests did not apply for the strict judge: {error}")
         nonce = f">>>>> judge {secrets.token_hex(8)} "
         try:
-            run = runner.run(judge_command(task, spec, nonce), ws.root)
+            if config.warm_pytest and isinstance(runner, BwrapRunner) and pytest_args(task.test_cmd) is not None:
+                key = _copy_key(task)
+                if key not in self.warm_judges:
+                    self.warm_judges[key] = WarmPytest(config, runner, ws.root, judge=True)
+                run = self.warm_judges[key].run_judge(SCRIPT, [nonce, spec.text()])
+            else:  # a test command with its own environment (PYTHONPATH): the judge runs cold, under it
+                run = runner.run(judge_command(task, spec, nonce), ws.root)
         finally:
             ws.reset()
         if not run.started:
@@ -174,8 +181,9 @@ class _Slot:
             self._evict(key)
 
     def _evict(self, key: str) -> None:
-        if (warm := self.warm.pop(key, None)) is not None:
-            warm.close()
+        for warm in (self.warm.pop(key, None), self.warm_judges.pop(key, None)):
+            if warm is not None:
+                warm.close()
         self.copies.pop(key).destroy()
 
 

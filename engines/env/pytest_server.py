@@ -35,6 +35,10 @@ as PID 1 it ignores signals sent from inside the namespace. Each answer carries
 its request's nonce, so a line that is not the answer to the current request is
 detected by the host.
 
+Started as `pytest_server.py --judge`, it never imports pytest and serves the strict
+judge instead (engines/env/judge.py): each request's child runs the judge's script
+(`{"script": ..., "argv": [...]}`) in the repository, under the same limits.
+
 Standard library and pytest only: this file runs with the grading interpreter and
 imports nothing from tandem-rl.
 """
@@ -55,7 +59,10 @@ import time
 import traceback
 import types
 
-import pytest
+# `--judge`: the strict judge's server (engines/env/judge.py), which must never load pytest.
+JUDGE_ONLY = sys.argv[1:] == ["--judge"]
+if not JUDGE_ONLY:
+    import pytest
 
 PR_SET_DUMPABLE = 4
 REPO = os.getcwd()
@@ -87,7 +94,8 @@ def main() -> None:
     requests = os.fdopen(0, "r")
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stray prints of the server never corrupt the answers
-    _preload()
+    if not JUDGE_ONLY:
+        _preload()
     print(json.dumps({"ready": True}), file=answers, flush=True)
     for line in requests:
         request = json.loads(line)
@@ -153,7 +161,9 @@ def _child(request: dict, out_fd: int, keep: tuple[int, int]) -> None:
         os.chdir(REPO)
         sys.path[0] = REPO  # as `python -m pytest` run in the repository
         sys.argv = ["pytest", *request["args"]]
-        if request.get("runner") == "plain":
+        if JUDGE_ONLY:
+            code = _judge(request["script"], request["argv"])
+        elif request.get("runner") == "plain":
             code = _plain(request["tests"], request["nonce"])
         else:
             code = int(pytest.main(request["args"]))
@@ -168,6 +178,14 @@ def _child(request: dict, out_fd: int, keep: tuple[int, int]) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _judge(script: str, argv: list[str]) -> int:
+    """The strict judge's script (judge_script.py, sent with the request) as `python -c
+    SCRIPT ARGV...` would run it; it prints its own answer line."""
+    sys.argv = ["-c", *argv]
+    exec(compile(script, "judge_script.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    return 0
 
 
 class _PytestImports:

@@ -18,7 +18,9 @@ a new one.
 
 Only commands of the form `python -m pytest ARGS` go this way (`pytest_args`);
 anything else goes to the cold runner. `run_plain` asks the same sandbox to call
-plain test functions without pytest (plain_runner.py), under the same limits.
+plain test functions without pytest (plain_runner.py), under the same limits. A
+sandbox started with `judge` imports no pytest at all and serves the strict judge
+(`run_judge`, judge.py) the same way: a fork per call instead of a new sandbox.
 """
 
 from __future__ import annotations
@@ -63,8 +65,9 @@ def pytest_args(command: str) -> list[str] | None:
 class WarmPytest:
     """One warm sandbox over one repository copy. Not thread-safe: one run at a time."""
 
-    def __init__(self, config: EnvConfig, runner: BwrapRunner, repo: Path) -> None:
-        self.config, self.runner, self.repo = config, runner, repo
+    def __init__(self, config: EnvConfig, runner: BwrapRunner, repo: Path, judge: bool = False) -> None:
+        """`judge`: a server that never imports pytest and runs only the strict judge (`run_judge`)."""
+        self.config, self.runner, self.repo, self.judge = config, runner, repo, judge
         self._proc: subprocess.Popen | None = None
         self._caps: CgroupCaps | None = None
         self._stderr: tempfile._TemporaryFileWrapper | None = None
@@ -83,6 +86,12 @@ class WarmPytest:
             # too and leaves a log with no status (rejected).
             answer = ({}, run.exit_code)
         return PlainRun(run, *(answer or (None, None)))
+
+    def run_judge(self, script: str, argv: list[str]) -> RunResult:
+        """The strict judge's `script` run as `python -c script *argv` in the repository
+        (a server started with `judge`); its answer is in the output."""
+        assert self.judge, "the strict judge runs only in a judge server, which never imports pytest"
+        return self._run({"args": [], "script": script, "argv": argv})[0]
 
     def _run(self, fields: dict) -> tuple[RunResult, str]:
         """One run of the request `fields`, and the nonce its answer carried."""
@@ -179,7 +188,7 @@ class WarmPytest:
         # --as-pid-1: the server itself is the namespace's init, so no other process
         # in the sandbox holds its pipes (pytest_server.py).
         argv = self.runner.argv(self.repo, read_only={str(SERVER_SCRIPT): _SERVER_IN_SANDBOX})
-        argv += ["--as-pid-1", self.config.python, _SERVER_IN_SANDBOX]
+        argv += ["--as-pid-1", self.config.python, _SERVER_IN_SANDBOX, *(["--judge"] if self.judge else [])]
         # No CPU rlimit on the server, which lives for many runs; each run's child takes its own.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
         self._proc = subprocess.Popen(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engines.env.grader import GradingPool
-from engines.env.judge import SCRIPT, JudgeSpec, disagreement, judge_spec, read_answers
+from engines.env.judge import SCRIPT, JudgeSpec, disagreement, judge_command, judge_spec, read_answers
 from engines.env.types import Task
 from engines.env.workspace import apply_to_files, base_files, unified_diff
 from tests.real_project import SOURCE, hidden_test_task, write_project
@@ -182,3 +182,23 @@ def test_the_grader_rejects_what_only_the_values_show_and_keeps_real_fixes(env_c
         assert judged[name].flags == ("strict_judge",) and "strict_judge:" in judged[name].notes
     for name in ("oracle", "renamed_helper"):
         assert judged[name].resolved and judged[name].flags == (), judged[name]
+
+
+@pytest.mark.sandbox
+def test_both_routes_of_the_judge_answer_in_the_sandbox_without_pytest(env_config, micro_tasks, tmp_path):
+    """The warm judge server (a fork per call) and the cold command (tasks whose test
+    command sets its own PYTHONPATH) give the same answer, and neither has pytest loaded."""
+    from engines.env.sandbox import BwrapRunner
+    from engines.env.warm_pytest import WarmPytest
+
+    (tmp_path / "m.py").write_text(
+        "import sys\n\ndef f(a):\n    return [a, sorted(m for m in sys.modules if 'pytest' in m)]\n"
+    )
+    spec = JudgeSpec("m", (("f", "(3,)", "{}"),))
+    runner = BwrapRunner(env_config)
+    with WarmPytest(env_config, runner, tmp_path, judge=True) as warm:
+        warm_answers = [read_answers(warm.run_judge(SCRIPT, [NONCE, spec.text()]).output, NONCE) for _ in range(2)]
+    task = replace(micro_tasks[0], test_cmd="PYTHONPATH=. " + micro_tasks[0].test_cmd)
+    cold = read_answers(runner.run(judge_command(task, spec, NONCE), tmp_path).output, NONCE)
+    expected = [["ok", ["builtins.list", [["builtins.int", "3"], ["builtins.list", []]]]]]
+    assert warm_answers == [expected, expected] and cold == expected
