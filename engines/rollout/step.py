@@ -218,7 +218,10 @@ def warn_on_hack_rate(step: int, table: pa.Table, threshold: float, policy: str)
     rate = hack_rate(graded)
     if rate is None or rate <= threshold:
         return False
-    rules = ", ".join(f"{rule} x{n}" for rule, n in hack_rules(graded).most_common(3))
+    counts = hack_rules(graded)
+    rules = ", ".join(f"{rule} x{n}" for rule, n in counts.most_common(3))
+    if "strict_judge" in counts:  # no trick of the patch: a wrong fix the task's tests let through
+        rules += " (strict_judge: the tests pass but the code computes other values than the original)"
     consequence = (
         "Their reward is zero (env.hack_policy = 'zero_reward'), yet the policy keeps trying them"
         if policy == "zero_reward"

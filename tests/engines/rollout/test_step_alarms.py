@@ -146,6 +146,14 @@ def test_the_warning_names_the_rules_seen_most_first(caplog) -> None:
     assert "env.hack_policy = 'record'" in warning
 
 
+def test_a_strict_judge_rejection_is_named_as_a_wrong_fix_the_tests_let_through(caplog) -> None:
+    table = rollouts_table([{"run_id": "r", "step": 1, "task_id": "t", "hack_flags": ["strict_judge"]}] * 2)
+    with caplog.at_level(logging.WARNING, logger="engines.rollout.step"):
+        assert warn_on_hack_rate(1, table, 0.05, "zero_reward")
+    (warning,) = warnings(caplog)
+    assert "strict_judge x2 (strict_judge: the tests pass but the code computes other values" in warning
+
+
 def test_a_hack_rate_at_or_below_the_threshold_does_not_warn(caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="engines.rollout.step"):
         assert not warn_on_hack_rate(1, flagged_step(1, 19), 0.05, "zero_reward")  # exactly 0.05
