@@ -38,6 +38,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from engines.env.parse import parse_module
 from engines.env.patches import protected_files
 from engines.env.types import Task
 from engines.env.workspace import base_files
@@ -128,7 +129,7 @@ def _shown(answer: list) -> str:
 
 def _module_functions(source: bytes) -> frozenset[str]:
     try:
-        tree = ast.parse(source)
+        tree = parse_module(source)
     except SyntaxError:
         return frozenset()
     return frozenset(n.name for n in tree.body if isinstance(n, ast.FunctionDef))
@@ -150,7 +151,7 @@ def _test_calls(task: Task, files: dict[str, bytes], judged: frozenset[str]) -> 
         if path not in files or not path.endswith(".py"):
             continue
         try:
-            tree = ast.parse(files[path])
+            tree = parse_module(files[path])
         except SyntaxError:
             continue
         for node in ast.walk(tree):
