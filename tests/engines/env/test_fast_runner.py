@@ -175,12 +175,14 @@ def test_plain_runner_and_pytest_agree_on_every_test(env_config, tmp_path):
     # The `test` tool's grades through the pool, fallbacks included: the deliberate edits
     # and some random ones; then endless loops, stopped by the CPU-time limit (no status:
     # the log is rejected) and by the wall clock.
-    with GradingPool(env_config) as pool:
+    # Without the strict judge, which the pytest route adds and the plain runner (a `test`
+    # call's, never a final grade) does not: the two routes are compared on what the tests say.
+    with GradingPool(env_config.model_copy(update={"strict_judge": False})) as pool:
         _grades_agree(pool, edits[-2 * len(DELIBERATE) :] + edits[:60])
     loops = [(t, _deliberate(t, *d, rng)) for t, d in zip(tasks, LOOPS * 2)]
     for stops in ({"cpu_seconds": 1, "wall_timeout_s": 10.0}, {"cpu_seconds": 30, "wall_timeout_s": 1.0}):
         limits = FAST_LIMITS.model_copy(update=stops)
-        with GradingPool(env_config.model_copy(update={"limits": limits})) as pool:
+        with GradingPool(env_config.model_copy(update={"limits": limits, "strict_judge": False})) as pool:
             assert _grades_agree(pool, loops) == len(loops)
     print(
         f"plain runner and pytest agree on {tests} test statuses of {decided} edited micro tasks "
