@@ -50,7 +50,6 @@ KNOWN_CIRCLES: list[list[str]] = []
 KNOWN_BREACHES = {
     ("engines.env.plain_runner", "engines.env.micro"),  # the micro test command
     ("engines.env.session", "engines.env.micro"),  # numbered lines for views
-    ("engines.trainer.lane", "engines.rollout.metrics"),  # the per-step episode metrics
 }
 
 

@@ -29,10 +29,10 @@ from engines.handoff import PolicyWait, publish_step, step_complete, wait_for_po
 from engines.inference.agent import AgentLoop
 from engines.inference.server_pool import ServerPool
 from engines.rollout.evaluate import evaluate_tasks
-from engines.rollout.metrics import episode_metrics
 from engines.rollout.records import evaluations_table
 from engines.rollout.step import GradeCache, StepRollouts, run_step, sample_step_tasks
 from engines.rollout.weight_cache import WeightCache
+from engines.step_metrics import episode_metrics
 from storage import checkpoints, tables
 from storage.fs import Store
 from storage.retention import apply_retention
@@ -130,7 +130,7 @@ class RolloutLane:
 
     async def roll_out(self, step: int) -> dict[str, Any]:
         """One whole step: wait for a fresh-enough policy, serve it, generate, publish.
-        Returns the step's metrics (engines/rollout/metrics.py) and timings."""
+        Returns the step's metrics (engines/step_metrics.py) and timings."""
         policy = await self.wait_for_policy(step)
         update_s = await self.load_policy(policy.version)
         result = await self.generate(step)

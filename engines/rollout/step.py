@@ -10,7 +10,7 @@ Invariants (tested in tests/engines/rollout/):
   was never asked or never answered) is an error naming what its episodes ended on,
   not a step trained on nothing; a step in which no episode made a valid action is
   written, with a warning line and `valid_action_share` 0.0 in its metrics.
-- A step whose hack rate (engines/rollout/metrics.py) is above env.hack_rate_warn is
+- A step whose hack rate (engines/step_metrics.py) is above env.hack_rate_warn is
   written with a warning line naming the rules flagged most.
 """
 
@@ -33,9 +33,9 @@ from engines.env.types import GradeResult, Task
 from engines.env.workspace import Files
 from engines.inference.agent import AgentLoop, EpisodeRequest
 from engines.inference.types import Episode
-from engines.rollout.metrics import graded_episodes, hack_rate, hack_rules
 from engines.rollout.records import episode_row, rollouts_table
 from engines.staleness import check_episodes
+from engines.step_metrics import graded_episodes, hack_rate, hack_rules
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engines.handoff import Completion, wait_for_step, work_dir
 from engines.lifetime import end_with_owner, exit_with_parent_now
 from engines.model.load import load_moe_causal_lm, load_tokenizer
-from engines.rollout.metrics import episode_metrics
+from engines.step_metrics import episode_metrics
 from engines.trainer import lake_state
 from engines.trainer.advantages import advantages_record, step_advantages
 from engines.trainer.checkpoint import load_latest_state, save_state

@@ -69,8 +69,8 @@ def test_rollout_and_trainer_steps_read_back_from_one_folder(tmp_path: Path) -> 
 def test_a_rollout_steps_hack_rate_reaches_the_trackers(tmp_path: Path) -> None:
     """The rollout lane logs episode_metrics as they are: a step's hack rate becomes
     rollout/hack_rate; a step of shards that never recorded flags logs none."""
-    from engines.rollout.metrics import episode_metrics
     from engines.rollout.records import rollouts_table
+    from engines.step_metrics import episode_metrics
 
     def step(flags: list[list[str] | None]) -> dict:
         rows = [{"run_id": "r", "step": 0, "task_id": "t", "hack_flags": f} for f in flags]

@@ -18,8 +18,8 @@ from engines.env.micro import generate_micro_tasks
 from engines.env.types import GradeResult
 from engines.inference.types import Episode
 from engines.rollout.lane import RolloutLane, RolloutSettings
-from engines.rollout.metrics import episode_metrics
 from engines.rollout.weight_cache import WeightCache
+from engines.step_metrics import episode_metrics
 from storage import checkpoints, query, shards
 from storage.fs import Store, open_store
 

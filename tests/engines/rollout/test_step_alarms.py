@@ -23,9 +23,9 @@ from engines.inference.agent import AgentLoop
 from engines.inference.types import Episode
 from engines.model.chat_format import ChatFormat
 from engines.model.load import load_tokenizer
-from engines.rollout.metrics import episode_metrics
 from engines.rollout.records import rollouts_table
 from engines.rollout.step import GradeCache, NoTokensGenerated, check_generated, run_step, warn_on_hack_rate
+from engines.step_metrics import episode_metrics
 from storage import layout
 from storage.fs import open_store
 from storage.parquet_io import read_table

@@ -1,4 +1,4 @@
-"""The per-step episode metrics (engines/rollout/metrics.py): the hack rate is the share of
+"""The per-step episode metrics (engines/step_metrics.py): the hack rate is the share of
 graded episodes with any hack flag, infrastructure failures and rows that never recorded
 flags (shards before schema version 3) left out, and it reaches the `steps` table."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engines.rollout.metrics import episode_metrics, hack_rate, hack_rules
 from engines.rollout.records import rollouts_table
+from engines.step_metrics import episode_metrics, hack_rate, hack_rules
 from storage import layout
 from storage.fs import open_store
 from storage.parquet_io import read_table
