@@ -122,10 +122,7 @@ class _Slot:
         args = pytest_args(command) if config.warm_pytest and isinstance(runner, BwrapRunner) else None
         if args is None:
             return runner.run(command, ws.root)
-        key = _copy_key(task)
-        if key not in self.warm:
-            self.warm[key] = WarmPytest(config, runner, ws.root)
-        return self.warm[key].run(args)
+        return self._warm(task, config, runner, ws).run(args)
 
     def plain_ready(self, task: Task, changed: Sequence[str], config: EnvConfig) -> bool:
         """Whether the plain runner may test `task` with these paths changed (in a bwrap
@@ -139,13 +136,11 @@ class _Slot:
 
     def run_plain(self, task: Task, ws: Workspace, config: EnvConfig, runner: BwrapRunner) -> PlainRun:
         """The task's targeted tests in `ws`'s warm sandbox, called without pytest."""
-        key = _copy_key(task)
-        if key not in self.warm:
-            self.warm[key] = WarmPytest(config, runner, ws.root)
+        warm = self._warm(task, config, runner, ws)
         args = pytest_args(targeted_command(task))
         assert args is not None  # runs_plain: the micro test command
         tests = list(dict.fromkeys((*task.FAIL_TO_PASS, *task.PASS_TO_PASS)))
-        return self.warm[key].run_plain(args, tests)
+        return warm.run_plain(args, tests)
 
     def fixed_answers(self, task: Task, spec: JudgeSpec, config: EnvConfig, runner: Runner) -> list | None:
         """The strict judge's answers on `task`'s fixed code (its gold patch), once per task."""
@@ -164,10 +159,7 @@ class _Slot:
         nonce = f">>>>> judge {secrets.token_hex(8)} "
         try:
             if config.warm_pytest and isinstance(runner, BwrapRunner) and pytest_args(task.test_cmd) is not None:
-                key = _copy_key(task)
-                if key not in self.warm_judges:
-                    self.warm_judges[key] = WarmPytest(config, runner, ws.root, judge=True)
-                run = self.warm_judges[key].run_judge(SCRIPT, [nonce, spec.text()])
+                run = self._warm(task, config, runner, ws, judge=True).run_judge(SCRIPT, [nonce, spec.text()])
             else:  # a test command with its own environment (PYTHONPATH): the judge runs cold, under it
                 run = runner.run(judge_command(task, spec, nonce), ws.root)
         finally:
@@ -175,6 +167,15 @@ class _Slot:
         if not run.started:
             raise EnvError(run.infra_message)
         return read_answers(run.output, nonce)
+
+    def _warm(self, task: Task, config: EnvConfig, runner: Runner, ws: Workspace, judge: bool = False) -> WarmPytest:
+        """The copy's warm sandbox for the tests (or, with `judge`, the strict judge's), started once."""
+        sandboxes = self.warm_judges if judge else self.warm
+        key = _copy_key(task)
+        if key not in sandboxes:
+            assert isinstance(runner, BwrapRunner)
+            sandboxes[key] = WarmPytest(config, runner, ws.root, judge=judge)
+        return sandboxes[key]
 
     def close(self) -> None:
         for key in list(self.copies):
