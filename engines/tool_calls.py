@@ -234,6 +234,7 @@ def chat_templates(model_dir: str) -> list[str] | None:
 # What each family's template writes for a call, checked in this order (Qwen3-Coder's and
 # GLM's calls sit inside <tool_call> too; Llama 3.1's are bare JSON with "parameters").
 _CALL_MARKS = (
+    ("harmony", "<|call|>"),
     ("glm45", "<arg_key>"),
     ("qwen3_coder", "<function="),
     ("deepseek_v31", "<｜tool▁call▁begin｜>"),
@@ -264,8 +265,15 @@ def template_has_thinking_switch(model_dir: str) -> bool | None:
     configuration time; the chat format compares the renderings themselves when the
     model is loaded."""
     templates = chat_templates(model_dir)
-    return None if templates is None else any(_THINKING_VARIABLE.search(t) for t in templates)
+    return None if templates is None else any(_reads_thinking_switch(t) for t in templates)
 
 
-# Either switch named inside a Jinja tag ({% if thinking %}, {{ ... enable_thinking ... }}), not in prompt text.
-_THINKING_VARIABLE = re.compile(r"\{[{%][^}]*\b(enable_)?thinking\b")
+# Jinja tags ({% ... %}, {{ ... }}), the string literals inside them, and either switch as a
+# variable: not a message's field (message.thinking, "thinking" in message, gpt-oss's).
+_JINJA_TAG = re.compile(r"\{[{%](.*?)[%}]\}", re.S)
+_STRING = re.compile(r"'[^']*'|\"[^\"]*\"")
+_THINKING_VARIABLE = re.compile(r"(?<![.\w])(enable_)?thinking\b")
+
+
+def _reads_thinking_switch(template: str) -> bool:
+    return any(_THINKING_VARIABLE.search(_STRING.sub("", tag)) for tag in _JINJA_TAG.findall(template))

@@ -31,6 +31,10 @@ run test builds them, so the suite's time stays where it was):
 - llama3_1: Llama-3.1-Instruct's published template, verbatim: a dated system turn, tools
   in the first user message, every text trimmed, tool results JSON-quoted in an `ipython`
   turn, <|eot_id|> closing every turn.
+- gpt_oss: gpt-oss's harmony template on a GptOss model: a turn of several messages on
+  channels (analysis, commentary, final), a call ended by <|call|> and answered by the
+  function's own message, a final answer ended by <|return|>, which the template writes
+  as <|end|> once the conversation goes on.
 
 Built by `build_chat_model(family, out)` in a couple of seconds (`chat_tokenizer(name)`
 for the tokenizer alone, `chat_tokenizer_dir(name, out)` with its generation config);
@@ -527,6 +531,88 @@ KIMI_K2_TEMPLATE = (
 )
 
 
+# gpt-oss's harmony template (openai/gpt-oss-20b, chat_template.jinja as published with the
+# model in August 2025), rewritten here to render what it renders for this project's
+# conversations: a dated system message naming the channels, the system prompt and the
+# tools (a TypeScript namespace) in a developer message, reasoning kept only for calls not
+# followed by a final answer, a call as `<|start|>assistant to=functions.NAME<|channel|>
+# commentary json<|message|>ARGS<|call|>`, its reply from `functions.NAME`, JSON-quoted,
+# final answers closed by <|end|> (by <|return|> only as the last message of a training
+# text), and `<|start|>assistant` as the generation prompt. Not rendered here: the built-in
+# browser and python tools, nullable, array and union parameter types, defaults.
+GPT_OSS_TEMPLATE = r"""
+{%- macro param_type(spec) -%}
+{%- if spec.type == 'string' and spec.enum -%}{{- '"' + spec.enum | join('" | "') + '"' -}}
+{%- elif spec.type == 'string' -%}string
+{%- elif spec.type in ['integer', 'number'] -%}number
+{%- elif spec.type == 'boolean' -%}boolean
+{%- else -%}any{%- endif -%}
+{%- endmacro -%}
+{%- macro analysis(text) -%}{{- '<|start|>assistant<|channel|>analysis<|message|>' + text + '<|end|>' -}}{%- endmacro -%}
+{{- '<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n' -}}
+{{- 'Current date: ' + strftime_now('%Y-%m-%d') + '\n\nReasoning: ' -}}
+{{- (reasoning_effort if reasoning_effort is defined else 'medium') + '\n\n' -}}
+{{- '# Valid channels: analysis, commentary, final. Channel must be included for every message.' -}}
+{%- if tools -%}{{- "\nCalls to these tools must go to the commentary channel: 'functions'." -}}{%- endif -%}
+{{- '<|end|>' -}}
+{%- set first = messages[0].role if messages else '' -%}
+{%- set instructions = messages[0].content if first in ['system', 'developer'] else '' -%}
+{%- set rest = messages[1:] if first in ['system', 'developer'] else messages -%}
+{%- if instructions or tools -%}
+{{- '<|start|>developer<|message|>' -}}
+{%- if instructions -%}{{- '# Instructions\n\n' + instructions + '\n\n' -}}{%- endif -%}
+{%- if tools -%}
+{{- '# Tools\n\n## functions\n\nnamespace functions {\n\n' -}}
+{%- for t in tools -%}
+{%- set f = t.function -%}
+{{- '// ' + f.description + '\ntype ' + f.name + ' = ' -}}
+{%- if f.parameters and f.parameters.properties -%}
+{{- '(_: {\n' -}}
+{%- for name, spec in f.parameters.properties.items() -%}
+{%- if spec.description -%}{{- '// ' + spec.description + '\n' -}}{%- endif -%}
+{{- name + ('' if name in (f.parameters.required or []) else '?') + ': ' + param_type(spec) + ',\n' -}}
+{%- endfor -%}
+{{- '}) => any;\n\n' -}}
+{%- else -%}{{- '() => any;\n\n' -}}{%- endif -%}
+{%- endfor -%}
+{{- '} // namespace functions' -}}
+{%- endif -%}
+{{- '<|end|>' -}}
+{%- endif -%}
+{%- set called = namespace(name=none) -%}
+{%- for m in rest -%}
+{%- if m.role == 'assistant' -%}
+{%- for text in [m.content, m.thinking] -%}
+{%- if text and ('<|channel|>analysis<|message|>' in text or '<|channel|>final<|message|>' in text) -%}
+{{- raise_exception('pass analysis text in the thinking field and final text in the content field, not <|channel|> tags') -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if m.tool_calls -%}
+{%- set later = namespace(final=false) -%}
+{%- for n in rest[loop.index:] -%}{%- if n.role == 'assistant' and not n.tool_calls -%}{%- set later.final = true -%}{%- endif -%}{%- endfor -%}
+{%- set call = m.tool_calls[0].function if m.tool_calls[0].function else m.tool_calls[0] -%}
+{%- if m.content and m.thinking -%}{{- raise_exception('content and thinking both given with a tool call') -}}
+{%- elif not later.final and (m.content or m.thinking) -%}{{- analysis(m.content or m.thinking) -}}{%- endif -%}
+{{- '<|start|>assistant to=functions.' + call.name + '<|channel|>commentary ' -}}
+{{- (call.content_type if call.content_type is defined else 'json') + '<|message|>' + call.arguments | tojson + '<|call|>' -}}
+{%- set called.name = call.name -%}
+{%- elif loop.last and not add_generation_prompt -%}
+{%- if m.thinking is defined -%}{{- analysis(m.thinking) -}}{%- endif -%}
+{{- '<|start|>assistant<|channel|>final<|message|>' + m.content + '<|return|>' -}}
+{%- else -%}
+{{- '<|start|>assistant<|channel|>final<|message|>' + m.content + '<|end|>' -}}
+{%- set called.name = none -%}
+{%- endif -%}
+{%- elif m.role == 'tool' -%}
+{%- if called.name is none -%}{{- raise_exception('a tool message with no assistant tool call before it') -}}{%- endif -%}
+{{- '<|start|>functions.' + called.name + ' to=assistant<|channel|>commentary<|message|>' + m.content | tojson + '<|end|>' -}}
+{%- elif m.role == 'user' -%}
+{{- '<|start|>user<|message|>' + m.content + '<|end|>' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}"""
+
+
 # Llama 3's pre-tokenizer pattern (tokenizer.json of Llama-3.1-8B-Instruct: a Split, isolated, then ByteLevel without its own regex).
 LLAMA3_SPLIT = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 
@@ -676,6 +762,20 @@ TEMPLATES: dict[str, TemplateFamily] = {
         generation_eos=("<|im_end|>",),  # config.json's and generation_config.json's eos_token_id 163586
         end_of_turn="<|im_end|>",
     ),
+    "gpt_oss": TemplateFamily(
+        "gpt_oss",
+        GPT_OSS_TEMPLATE,
+        (
+            *("<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>", "<|start|>"),
+            *("<|end|>", "<|message|>", "<|call|>"),
+        ),
+        eos="<|return|>",  # gpt-oss-20b's tokenizer_config.json: bos <|startoftext|>, eos <|return|>, pad <|endoftext|>
+        pad="<|endoftext|>",
+        bos="<|startoftext|>",  # the template writes none
+        # generation_config.json's eos_token_id [200002, 199999, 200012], in that order (the ids of these three).
+        generation_eos=("<|return|>", "<|endoftext|>", "<|call|>"),
+        end_of_turn="<|return|>",  # a final answer's; a call ends at <|call|>
+    ),
 }
 # The family whose whole run carries the trackers (tests/flows/test_trackers.py), one run for both.
 TRACKED_FAMILY = "llama3"
@@ -690,6 +790,16 @@ EXTRA_TEXTS: dict[str, list[str]] = {
     "deepseek_v31": ["<｜Assistant｜></think>", "<｜tool▁output▁begin｜>", "the test fails: look at add</think>"],
     "kimi_k2": ["<|im_assistant|>assistant<|im_middle|>", "<|im_system|>tool<|im_middle|>## Return of "],
     "llama3_1": ["Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n", "Environment: ipython\n"],
+    "gpt_oss": [
+        "You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\nCurrent date: ",
+        "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included ",
+        "assistant to=functions.view",
+        "commentary json",
+        "functions.view to=assistant",
+        "analysis final",
+        "namespace functions {\n\n// ",
+        "type view = (_: {\npath: string,\nstart?: number,\n}) => any;\n\n",
+    ],
 }
 
 

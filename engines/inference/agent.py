@@ -56,7 +56,7 @@ from transformers import PreTrainedTokenizerBase
 from engines.inference.client import RequestRejected, ServerUnavailable
 from engines.inference.config import InferenceConfig
 from engines.inference.types import Episode, EpisodeEnv, FinishReason, Generator, Observation, SamplingParams
-from engines.model.chat_format import UNCLOSED_REASONING, ChatFormat, Message
+from engines.model.chat_format import ChatFormat, Message
 from engines.protocol import InvalidAction, parse_action
 from engines.tool_calls import TOOL_SCHEMAS, protocol_text
 
@@ -218,7 +218,7 @@ class AgentLoop:
         here, without a step."""
         _, action_text = self.chat.split_turn(text, after_observation)
         if action_text is None:
-            return Refused(f"error: {UNCLOSED_REASONING}")
+            return Refused(f"error: {self.chat.no_action_reason(text)}")
         if self.cfg.tool_format == "text":
             return await self._in_thread(env.step, action_text)
         action = protocol_text(action_text, self.cfg.tool_format)
@@ -232,7 +232,7 @@ class AgentLoop:
         but an episode's first follows an observation (ChatFormat.split_turn)."""
         _, action_text = self.chat.split_turn(text, after_observation)
         if action_text is None:
-            return InvalidAction(UNCLOSED_REASONING)
+            return InvalidAction(self.chat.no_action_reason(text))
         if self.cfg.tool_format != "text":
             return protocol_text(action_text, self.cfg.tool_format)
         parsed = parse_action(action_text)

@@ -244,8 +244,8 @@ class InferenceConfig(BaseModel):
         "auto",
         description="The action language: 'text' commands (engines/protocol.py) or native tool calls in a model "
         "family's own format: 'hermes' (<tool_call>{...}</tool_call>: Hermes, Qwen2.5/3), 'llama3_json' (Llama "
-        "3.1), 'glm45' (GLM-4.5 to 5), 'deepseek_v31', 'kimi_k2' or 'qwen3_coder' (engines/tool_formats/, each "
-        "as vLLM's parser of that name reads it). With a format the schemas go to the chat template as `tools` "
+        "3.1), 'glm45' (GLM-4.5 to 5), 'deepseek_v31', 'kimi_k2', 'qwen3_coder' (engines/tool_formats/, each "
+        "as vLLM's parser of that name reads it) or 'harmony' (gpt-oss, as vLLM's harmony parser reads it). With a format the schemas go to the chat template as `tools` "
         "and each call is parsed by the agent loop; it needs a chat template with a tools section. 'auto': the "
         "format the model's chat template writes calls in, 'text' where it writes none (the tiny model's), "
         "decided when the configuration is read.",

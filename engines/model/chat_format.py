@@ -45,6 +45,14 @@ turn starts inside its reasoning; a template may open it only after a user messa
 write no generation prompt after an observation (DeepSeek-V3.1 again), so whether a turn
 starts inside its reasoning is decided per turn (`split_turn`).
 
+Harmony (gpt-oss): a model turn is several messages, reasoning on the analysis channel,
+then a final answer (ended by `<|return|>`) or a call to a function (ended by `<|call|>`);
+engines/tool_formats/harmony.py reads them. The template writes `<|end|>` in the history
+where the model ended a final answer with `<|return|>`: the sampled id stays, and the
+continuation starts after the template's `<|end|>`. An observation answers a call in the
+template's function-reply message (`<|start|>functions.NAME to=assistant...`), and a
+text answer as a user message, the one role the template renders there.
+
 Owns: rendering (with the tool schemas, for native tool calls), the end-of-turn and
 stop ids (refusing a template with neither an end token nor a stop token opening the
 next message), the system prompt stating the action language for models never trained
@@ -63,7 +71,8 @@ from typing import Literal
 
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
-from engines.protocol import CHAT_TEMPLATE, ROLE_TOKEN, render_messages
+from engines.protocol import CHAT_TEMPLATE, ROLE_TOKEN, InvalidAction, render_messages
+from engines.tool_formats import harmony
 
 Message = dict[str, object]  # {"role": str, "content": str, optional "train": bool}
 
@@ -103,15 +112,6 @@ TOOL_CALL_SYSTEM_PROMPT = """You fix a bug in a repository. Each of your turns i
 
 Render = Callable[[list[Message], bool], str]
 
-# gpt-oss's harmony format: a model turn is several messages (reasoning on the analysis
-# channel, then a final answer or a call), and its template writes <|end|> in the history
-# where the model ended its turn with <|return|>.
-HARMONY_REFUSED = (
-    ". This is gpt-oss's harmony format (channels, a turn of several messages, <|return|> "
-    "rewritten as <|end|> in the history), which the agent loop does not follow yet: use "
-    "another model family"
-)
-
 
 @dataclass(frozen=True)
 class ChatFormat:
@@ -131,6 +131,8 @@ class ChatFormat:
     reopens_reasoning: bool = False  # so does what follows an observation: the turns after one start inside it too
     thinking_switch: str | None = None  # the template's variable `thinking` goes to (THINKING_SWITCHES); None: none
     end_opens_next: bool = False  # nothing closes an assistant message: the next header's stop id ends the turn
+    harmony: bool = False  # gpt-oss's harmony format (the module docstring)
+    native_tools: bool = False  # the template lists the tools: turns are tool calls (inference.tool_format)
 
     @classmethod
     def from_tokenizer(
@@ -183,9 +185,11 @@ class ChatFormat:
         if system_prompt is True:
             system_prompt = None if own else TOOL_CALL_SYSTEM_PROMPT if tools else SYSTEM_PROMPT
         eos = _model_eos_ids(tokenizer, model_dir)
-        observation = "tool" if own else _observation_role(tokenizer, render)
+        is_harmony = not own and _is_harmony(tokenizer)
+        observation = "tool" if own or (is_harmony and tools) else _observation_role(tokenizer, render)
         end_text, end_id, opens_next = _turn_end(tokenizer, render, observation, eos)
-        stops = tuple(dict.fromkeys((end_id, *eos)))
+        calls = (tokenizer.convert_tokens_to_ids(harmony.CALL),) if is_harmony else ()
+        stops = tuple(dict.fromkeys((end_id, *calls, *eos)))
         roles = tuple(ROLE_TOKEN) if own else tuple(dict.fromkeys(("system", "user", "assistant", "tool", observation)))
         chat = cls(
             tokenizer,
@@ -198,10 +202,13 @@ class ChatFormat:
             end_text,
             observation_role=observation,
             thinking=enable,
-            opens_reasoning=_opens_reasoning(render(_PROBE, True)),
-            reopens_reasoning=_opens_reasoning(_after_mark(render, [{"role": observation, "content": "o"}], True)),
+            opens_reasoning=not is_harmony and _opens_reasoning(render(_PROBE, True)),
+            reopens_reasoning=not is_harmony
+            and _opens_reasoning(_after_mark(render, [{"role": observation, "content": "o"}], True)),
             thinking_switch=switch,
             end_opens_next=opens_next,
+            harmony=is_harmony,
+            native_tools=bool(tools),
         )
         chat._check_turns()
         return chat
@@ -216,11 +223,7 @@ class ChatFormat:
             {"role": "tool", "content": "o"},
             {"role": "assistant", "content": "b"},
         ]
-        try:
-            self.conversation(self._with_system(probe), "a two-turn probe conversation")
-        except ValueError as exc:
-            harmony = "<|channel|>" in (self.tokenizer.chat_template or "")
-            raise ValueError(f"{exc}{HARMONY_REFUSED if harmony else ''}") from None
+        self.conversation(self._with_system(probe), "a two-turn probe conversation")
 
     @property
     def extra_stop_ids(self) -> tuple[int, ...]:
@@ -247,6 +250,8 @@ class ChatFormat:
         the one the template writes here, and follows it whole otherwise."""
         if not history or history[-1].get("role") != "assistant":
             raise ValueError("continuation_ids: history must end with the model's (assistant) turn")
+        if self.harmony:
+            return self._harmony_continuation(str(history[-1].get("content") or ""), new, closed_by)
         marked = [*self._plain(history[:-1]), {"role": "assistant", "content": _MARK}, *self._plain(new)]
         text = self.render(marked, True)
         if text.count(_MARK) != 1:
@@ -264,10 +269,43 @@ class ChatFormat:
             after = after[len(self._end_text) :]
         return self.encode(after)
 
+    def _harmony_continuation(self, turn: str, new: Sequence[Message], closed_by: int | None) -> list[int]:
+        """What follows a harmony turn: the function's reply after a call the model ended
+        with `<|call|>`; else the new messages as user turns, after the template's `<|end|>`
+        where the model's own stop id did not close its last message (cut by length)."""
+        plain = self._plain(new)
+        called = harmony.called_function(turn)
+        if called is not None and closed_by == self._id(harmony.CALL):
+            call = {"type": "function", "function": {"name": called, "arguments": {}}}
+            probe = [*_PROBE, {"role": "assistant", "content": "", "tool_calls": [call]}, *plain]
+            after = self.render(probe, True).split(harmony.CALL, 1)[1]
+        else:
+            users = [{**m, "role": "user"} if m["role"] == "tool" else m for m in plain]
+            after = _after_mark(self.render, users, True)
+            if closed_by is not None and after.startswith(harmony.END):
+                after = after[len(harmony.END) :]
+        self._check_rendered(plain, after)
+        return self.encode(after)
+
+    def _id(self, token: str) -> int:
+        return self.tokenizer.convert_tokens_to_ids(token)
+
+    def as_turn(self, content: str) -> str:
+        """An assistant message's content as the model writes it: a text answer becomes a
+        harmony final message; other templates take it as it is."""
+        if self.harmony and harmony.MESSAGE not in content:
+            return harmony.as_final(content)
+        return content
+
     def assistant_ids(self, content: str) -> list[int]:
         """What the model emits for an assistant message answered by an observation: its
-        content, then the end token (where the next header ends a turn, the observation's)."""
-        return self.encode(content) + [self.end_id]
+        content, then the end token (where the next header ends a turn, the observation's;
+        in harmony `<|call|>` after a call)."""
+        turn = self.as_turn(content)
+        return self.encode(turn) + [self._harmony_end(turn) if self.harmony else self.end_id]
+
+    def _harmony_end(self, turn: str) -> int:
+        return self._id(harmony.CALL) if harmony.called_function(turn) is not None else self.end_id
 
     def conversation(self, messages: Sequence[Message], where: str = "conversation") -> tuple[list[int], list[bool]]:
         """Ids of a whole conversation as the agent loop would have produced them, and the
@@ -283,7 +321,7 @@ class ChatFormat:
         ids = self.prompt_ids(history)
         mask = [False] * len(ids)
         for k, i in enumerate(turns):
-            content = str(messages[i].get("content") or "")
+            content = self.as_turn(str(messages[i].get("content") or ""))
             history.append({"role": "assistant", "content": content})
             new = list(messages[i + 1 : turns[k + 1] if k + 1 < len(turns) else len(messages)])
             closing = self._closing_id(history, new)
@@ -301,6 +339,8 @@ class ChatFormat:
         """The stop id a model turn (`history[-1]`) followed by `new` ends on: the end token,
         or where the next header ends a turn, that header's first id (the observation's
         after the last turn, since every action is answered)."""
+        if self.harmony:
+            return self._harmony_end(str(history[-1].get("content") or ""))
         if not self.end_opens_next or not new:
             return self.end_id
         first = self.continuation_ids(history, new, None)[:1]
@@ -313,8 +353,23 @@ class ChatFormat:
     def split_turn(self, text: str, after_observation: bool = False) -> tuple[str, str | None]:
         """A model turn's (reasoning, action) in this template (see `split_reasoning`): the
         first turn follows the generation prompt, a turn `after_observation` what the
-        template writes after one, and either may have opened the reasoning."""
+        template writes after one, and either may have opened the reasoning. In harmony
+        the reasoning is the analysis messages; the action is the whole turn where the
+        turns are tool calls (the format reads the calls), else the final answer."""
+        if self.harmony:
+            parts = harmony.split(text)
+            if isinstance(parts, InvalidAction):
+                return text, None
+            said = text if self.native_tools else harmony.answer(text)
+            return parts[0], None if isinstance(said, InvalidAction) else said
         return split_reasoning(text, self.reopens_reasoning if after_observation else self.opens_reasoning)
+
+    def no_action_reason(self, text: str) -> str:
+        """Why a turn for which `split_turn` found no action took none."""
+        if self.harmony:
+            said = harmony.answer(text)
+            return said.message if isinstance(said, InvalidAction) else "no action"
+        return UNCLOSED_REASONING
 
     def _with_system(self, messages: list[Message]) -> list[Message]:
         if self.system_prompt is None or (messages and messages[0].get("role") == "system"):
@@ -395,6 +450,15 @@ def _jinja_render(
 def _opens_reasoning(prompt: str) -> bool:
     """Whether a prompt leaves the model inside an opened <think>."""
     return prompt.rstrip().endswith(THINK_OPEN)
+
+
+def _is_harmony(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the template writes gpt-oss's harmony format: channels, and `<|call|>` and
+    `<|return|>` among the tokenizer's tokens."""
+    vocab = tokenizer.get_vocab()
+    return harmony.CHANNEL in (tokenizer.chat_template or "") and all(
+        t in vocab for t in (harmony.CALL, harmony.RETURN)
+    )
 
 
 def _thinking_switch(tokenizer: PreTrainedTokenizerBase) -> str | None:

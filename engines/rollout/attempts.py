@@ -23,6 +23,7 @@ import numpy as np
 from engines.model.chat_format import split_reasoning
 from engines.protocol import ASSISTANT, EDIT_TOOLS, END, TOOL, Action, InvalidAction, parse_action
 from engines.tool_calls import CALL_OPEN, parse_tool_call
+from engines.tool_formats import harmony
 
 _REVERTED = re.compile(r"\nreverted \(attempt \d+ of \d+\)$")
 _TURN = re.compile(
@@ -59,7 +60,14 @@ def message_turns(messages: list[dict[str, str]]) -> list[tuple[str, str]]:
 def turn_action(text: str) -> Action | InvalidAction:
     """The action a stored model turn stands for: reasoning (<think>...</think>) set
     aside, then a text action, else a tool call. Reads any run's turns without its
-    configuration: a tool-call turn is never a valid text action."""
+    configuration: a tool-call turn is never a valid text action. A harmony turn
+    (gpt-oss) stands for its call, else for its final answer."""
+    if harmony.MESSAGE in text:
+        call = parse_tool_call(text, "harmony")
+        said = harmony.answer(text)
+        if isinstance(call, Action) or isinstance(said, InvalidAction):
+            return call
+        text = said
     _, text = split_reasoning(text)
     if text is None:
         return InvalidAction("reasoning never closed")

@@ -8,6 +8,7 @@ vLLM 0.32, pinned by tests/engines/test_tool_format_parity.py):
     deepseek_v31  DeepSeek-V3.1              <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{..}<｜tool▁call▁end｜> in its section
     kimi_k2       Kimi-K2                    <|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{..}<|tool_call_end|> in its section
     qwen3_coder   Qwen3-Coder                <tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>
+    harmony       gpt-oss                    to=functions.NAME<|channel|>commentary json<|message|>{..}, ended by <|call|>
 
 A format only reads and writes syntax; what a call means (a known tool, its required
 arguments and their types, one call a turn) is decided once for all of them in
@@ -17,10 +18,10 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from engines.tool_formats import deepseek_v31, glm45, hermes, kimi_k2, llama3_json, qwen3_coder
+from engines.tool_formats import deepseek_v31, glm45, harmony, hermes, kimi_k2, llama3_json, qwen3_coder
 from engines.tool_formats.base import Call, ToolFormat
 
-ToolFormatName = Literal["hermes", "llama3_json", "glm45", "deepseek_v31", "kimi_k2", "qwen3_coder"]
+ToolFormatName = Literal["hermes", "llama3_json", "glm45", "deepseek_v31", "kimi_k2", "qwen3_coder", "harmony"]
 
 FORMATS: dict[str, ToolFormat] = {
     "hermes": hermes.FORMAT,
@@ -29,6 +30,7 @@ FORMATS: dict[str, ToolFormat] = {
     "deepseek_v31": deepseek_v31.FORMAT,
     "kimi_k2": kimi_k2.FORMAT,
     "qwen3_coder": qwen3_coder.FORMAT,
+    "harmony": harmony.FORMAT,
 }
 TOOL_FORMATS: tuple[str, ...] = get_args(ToolFormatName)
 

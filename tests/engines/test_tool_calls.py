@@ -144,5 +144,6 @@ def test_auto_reads_each_familys_call_syntax_from_its_template() -> None:
         "deepseek_v31": "deepseek_v31",
         "kimi_k2": "kimi_k2",
         "llama3_1": "llama3_json",
+        "gpt_oss": "harmony",
     }
     assert template_tool_format([CHAT_TEMPLATE]) == template_tool_format(None) == "text"

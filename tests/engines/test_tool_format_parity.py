@@ -1,7 +1,8 @@
 """Parity of our tool-call parsers with vLLM's: every model text of
 tests/engines/tool_format_cases.py, valid and malformed, is read by vLLM's parser of the
-same family name (the one a served model meets, `--tool-call-parser NAME`) in the vLLM
-environment, with the tools of this project in the request as a served run would send
+same family name (the one a served model meets, `--tool-call-parser NAME`; for harmony,
+gpt-oss's, the HarmonyParser vLLM composes for it, on the harmony encoding's ids of the
+text and the <|call|> that ended it) in the vLLM environment, with the tools of this project in the request as a served run would send
 them, and must give the calls we read (no call where we read none), or the difference
 the case states with its reason. One vLLM process reads every text; its tokenizer is a
 small local one holding each family's special tokens, as the parsers look them up."""
@@ -17,7 +18,7 @@ import pytest
 
 from engines.model.tokenizer import train_tokenizer
 from engines.tool_calls import TOOL_SCHEMAS
-from engines.tool_formats import deepseek_v31, glm45, hermes, kimi_k2, llama3_json
+from engines.tool_formats import deepseek_v31, glm45, harmony, hermes, kimi_k2, llama3_json
 from tests.engines.tool_format_cases import CASES, Case
 
 pytestmark = [pytest.mark.chat_template, pytest.mark.slow]
@@ -56,10 +57,33 @@ from vllm.tool_parsers import ToolParserManager, register_lazy_tool_parsers
 register_lazy_tool_parsers()
 job = json.load(sys.stdin)
 tokenizer = AutoTokenizer.from_pretrained(job["tokenizer"])
+
+
+class HarmonyTokens:  # gpt-oss's parser reads the harmony encoding's ids, and decodes them on error
+    def __init__(self):
+        from vllm.entrypoints.openai.parser.harmony_utils import get_encoding
+        self.encoding = get_encoding()
+
+    def decode(self, ids):
+        return self.encoding.decode(ids)
+
+
+def harmony_calls(text, request):
+    from vllm.parser.parser_manager import ParserManager
+    cls = ParserManager.get_parser("openai", "openai_gptoss", enable_auto_tools=True, is_harmony=True)
+    tokens = HarmonyTokens()
+    ids = tokens.encoding.encode(text, allowed_special="all")
+    _, _, calls = cls(tokens, request.tools).parse("", request, enable_auto_tools=True, model_output_token_ids=ids)
+    return [[c.name, c.arguments] for c in calls or []]
+
+
 out = []
 for name, text in job["cases"]:
     request = ChatCompletionRequest(messages=[{"role": "user", "content": "x"}], model="m", tools=job["tools"])
     try:
+        if name == "harmony":
+            out.append(harmony_calls(text + job["harmony_stop"], request))
+            continue
         parser = ToolParserManager.get_tool_parser(name)(tokenizer, request.tools)
         info = parser.extract_tool_calls(text, parser.adjust_request(request))
         out.append([[c.function.name, c.function.arguments] for c in info.tool_calls])
@@ -86,7 +110,12 @@ def vllm_reads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     texts = [c.text for c in CASES]
     tok = train_tokenizer(texts, 512, SPECIAL_TOKENS, "{{ messages }}", "<|endoftext|>", "<|endoftext|>")
     tok.save_pretrained(str(folder))
-    job = {"tokenizer": str(folder), "tools": TOOL_SCHEMAS, "cases": [[c.fmt, c.text] for c in CASES]}
+    job = {
+        "tokenizer": str(folder),
+        "tools": TOOL_SCHEMAS,
+        "cases": [[c.fmt, c.text] for c in CASES],
+        "harmony_stop": harmony.CALL,  # the server's output ids end with the stop id the model sampled
+    }
     proc = subprocess.run([python, "-c", PROBE], input=json.dumps(job), capture_output=True, text=True, timeout=800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])

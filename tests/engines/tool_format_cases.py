@@ -14,6 +14,7 @@ from typing import Any
 
 from engines.tool_formats import TOOL_FORMATS, tool_format
 from engines.tool_formats import deepseek_v31 as ds
+from engines.tool_formats import harmony as oss
 from engines.tool_formats import kimi_k2 as kimi
 
 # Why our reading differs from vLLM's on purpose.
@@ -57,6 +58,13 @@ def _render(fmt: str, *calls: list[Any]) -> str:
     return tool_format(fmt).render([(name, args) for name, args in calls])
 
 
+def _before(fmt: str, text: str) -> str:
+    """Text a model writes before its call: in harmony its own (analysis) message."""
+    if fmt == "harmony":
+        return f"{oss.CHANNEL}analysis{oss.MESSAGE}{text}{oss.END}{oss.START}assistant"
+    return text + "\n"
+
+
 def _common(fmt: str) -> list[Case]:
     """The cases every format has, written in its own syntax."""
     typed = tool_format(fmt).typed_by_schema
@@ -66,7 +74,7 @@ def _common(fmt: str) -> list[Case]:
     return [
         *(Case(fmt, c[0] + ("-page" if c is PAGE else ""), _render(fmt, c), c) for c in (VIEW, PAGE, EDIT, CHANGE)),
         *(Case(fmt, c[0], _render(fmt, c), c) for c in (BASH, SUBMIT)),
-        Case(fmt, "text-before", "The bug is in a.py; let me look.\n" + _render(fmt, VIEW), VIEW),
+        Case(fmt, "text-before", _before(fmt, "The bug is in a.py; let me look.") + _render(fmt, VIEW), VIEW),
         Case(fmt, "no-call", "view a.py", None),
         Case(fmt, "several", _render(fmt, VIEW, SUBMIT), None, SEVERAL, [VIEW, SUBMIT]),
         # GLM's parser drops a name that is not among the request's tools, as we refuse it.
@@ -232,6 +240,37 @@ def _qwen3_coder() -> list[Case]:
     ]
 
 
+def _harmony() -> list[Case]:
+    f = "harmony"
+    view = '{"path": "a.py"}'
+    return [
+        Case(f, "constrain-form", f"<|channel|>commentary to=functions.view <|constrain|>json<|message|>{view}", VIEW),
+        Case(f, "bare-recipient", f" to=view<|channel|>commentary json<|message|>{view}", VIEW),
+        Case(f, "no-content-type", f" to=functions.view<|channel|>commentary<|message|>{view}", VIEW),
+        Case(f, "call-on-analysis", f" to=functions.view<|channel|>analysis json<|message|>{view}", VIEW),
+        Case(f, "final-answer", "<|channel|>final<|message|>view a.py", None),
+        Case(f, "builtin-recipient", " to=python<|channel|>analysis code<|message|>print(1)", None),
+        Case(f, "text-in-header", f"The bug.\n to=functions.view<|channel|>commentary json<|message|>{view}", None),
+        Case(f, "unfinished-header", " to=functions.view<|channel|>commentary json", None),
+        Case(
+            f,
+            "bad-json",
+            ' to=functions.view<|channel|>commentary json<|message|>{"path": }',
+            None,
+            RAW_ARGUMENTS,
+            [["view", '{"path": }']],
+        ),
+        Case(
+            f,
+            "code-content-type",
+            " to=functions.bash<|channel|>commentary code<|message|>ls",
+            None,
+            RAW_ARGUMENTS,
+            [["bash", "ls"]],
+        ),
+    ]
+
+
 OWN = {
     "hermes": _hermes,
     "llama3_json": _llama3_json,
@@ -239,5 +278,6 @@ OWN = {
     "deepseek_v31": _deepseek_v31,
     "kimi_k2": _kimi_k2,
     "qwen3_coder": _qwen3_coder,
+    "harmony": _harmony,
 }
 CASES: list[Case] = [case for fmt in TOOL_FORMATS for case in (*_common(fmt), *OWN[fmt]())]

@@ -174,16 +174,25 @@ HARMONY_LIKE_TEMPLATE = (
 )
 
 
-def test_a_template_that_rewrites_the_token_a_turn_ended_on_is_refused_when_the_format_is_made() -> None:
+def test_a_template_that_rewrites_the_token_a_turn_ended_on_is_refused_unless_it_is_harmony() -> None:
     specials = ["<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>"]
     tok = train_tokenizer(["view m.py\n"] * 20, 300, specials, HARMONY_LIKE_TEMPLATE, "<|return|>", "<|endoftext|>")
-    tok.name_or_path = "openai/gpt-oss-20b"
+    tok.name_or_path = "openai/some-model"
     message = (
-        r"gpt-oss-20b'.* puts '<\|end\|><\|start\|>.*' after an assistant message here, not its end token "
-        r"'<\|return\|>'.*This is gpt-oss's harmony format"
+        r"some-model'.* puts '<\|end\|><\|start\|>.*' after an assistant message here, not its end token "
+        r"'<\|return\|>': the turns cannot be kept token-exact"
     )
     with pytest.raises(ValueError, match=message):
         ChatFormat.from_tokenizer(tok)  # before any server starts, not at the first observation
+    # With <|call|> beside <|return|> it is the harmony format, whose rewrite the format knows:
+    # the sampled <|return|> stays, and what follows starts after the template's <|end|>.
+    tok = train_tokenizer(
+        ["view m.py\n"] * 20, 300, [*specials, "<|call|>"], HARMONY_LIKE_TEMPLATE, "<|return|>", "<|endoftext|>"
+    )
+    chat = ChatFormat.from_tokenizer(tok, system_prompt=None)
+    history = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "<|channel|>final<|message|>a"}]
+    after = chat.continuation_ids(history, [{"role": "tool", "content": "o"}], chat.end_id)
+    assert tok.decode(after, skip_special_tokens=False) == "<|start|>user<|message|>o<|end|><|start|>assistant"
 
 
 def test_the_system_prompt_describes_every_tool_of_the_action_language() -> None:

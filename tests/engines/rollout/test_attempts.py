@@ -125,6 +125,15 @@ def test_a_thinking_models_turns_count_by_the_action_after_their_reasoning():
     assert attempt_stats("", resolved=True, messages=_messages(unclosed)) == AttemptStats(1, True, 0)
 
 
+def test_harmony_turns_count_by_their_final_answer_never_their_analysis():
+    """gpt-oss's turns: reasoning on the analysis channel, then the answer (or a call, as above)."""
+    thought = "<|channel|>analysis<|message|>edit m.py 2 again?<|end|><|start|>assistant"
+    finals = [(f"{thought}<|channel|>final<|message|>{a}", o) for a, o in RETRIES]
+    assert attempt_stats("", resolved=True, messages=_messages(finals)) == AttemptStats(3, False, 1)
+    cut = [("<|channel|>analysis<|message|>edit m.py 2\n    return a", "error: no answer"), *RETRIES[2:]]
+    assert attempt_stats("", resolved=True, messages=_messages(cut)) == AttemptStats(1, True, 0)
+
+
 def test_observations_in_a_user_turn_count_as_the_tool_ones():
     """A template without a tool role gets the observations as user turns (ChatFormat.observation_role)."""
     stats = attempt_stats("", resolved=True, messages=_messages(RETRIES, observation_role="user"))
