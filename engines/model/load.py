@@ -70,5 +70,20 @@ def load_moe_causal_lm(source: str | Path, **kwargs) -> PreTrainedModel:
     return AutoModelForCausalLM.from_pretrained(path, **kwargs)
 
 
+def empty_moe_causal_lm(source: str | Path) -> PreTrainedModel:
+    """The MoE causal LM of `source` with its parameters on the meta device (no weights
+    read or allocated) and its buffers (rotary tables) computed: for ranks that each
+    read only their shard of the weights (engines/trainer/sharded_load.py)."""
+    from accelerate import init_empty_weights
+
+    path = local_model_dir(source)
+    config = AutoConfig.from_pretrained(path)
+    check_moe_causal_lm(config, str(source))
+    with init_empty_weights(include_buffers=False):
+        model = AutoModelForCausalLM.from_config(config, dtype="float32")
+    model.tie_weights()  # from_pretrained ties (tie_word_embeddings); from_config leaves them apart
+    return model
+
+
 def load_tokenizer(source: str | Path):
     return AutoTokenizer.from_pretrained(local_model_dir(source))

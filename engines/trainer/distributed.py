@@ -22,6 +22,7 @@ import torch.distributed as dist
 from accelerate import Accelerator
 from torch import nn
 
+from engines.model.load import empty_moe_causal_lm, load_moe_causal_lm
 from engines.trainer.config import TrainerConfig
 from engines.trainer.expert_parallel import ExpertParallel
 from engines.trainer.full_state import full_state_dict
@@ -29,6 +30,7 @@ from engines.trainer.grad_clip import clip_grad_norm
 from engines.trainer.parallelize import build_meshes, parallelize
 from engines.trainer.rl_step import Trainee, make_optimizer
 from engines.trainer.router_replay import RouterReplay
+from engines.trainer.sharded_load import fill_sharded
 from engines.trainer.sharded_state import load_shard, save_shard
 
 
@@ -39,15 +41,27 @@ def make_accelerator(mixed_precision: str = "fp32", parallelism: str = "ddp") ->
     return Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=autocast)
 
 
-def make_trainee(model: nn.Module, cfg: TrainerConfig, accelerator: Accelerator) -> Trainee:
-    """The Trainee for `cfg.parallelism` (every rank calls this)."""
+def make_trainee(
+    model: nn.Module, cfg: TrainerConfig, accelerator: Accelerator, model_dir: str | Path | None = None
+) -> Trainee:
+    """The Trainee for `cfg.parallelism` (every rank calls this). A model on the meta
+    device (`load_model`'s under fsdp2) is filled from `model_dir` once sharded."""
     if accelerator.num_processes != cfg.processes:
         raise ValueError(
             f"trainer.processes={cfg.processes} but {accelerator.num_processes} ranks were launched: make them agree"
         )
     if cfg.parallelism == "ddp":
         return ddp_trainee(model, cfg, accelerator)
-    return sharded_trainee(model, cfg, accelerator)
+    return sharded_trainee(model, cfg, accelerator, model_dir)
+
+
+def load_model(model_dir: str | Path, cfg: TrainerConfig) -> nn.Module:
+    """The model a rank starts from: whole in fp32 under ddp (each rank holds a replica);
+    under fsdp2 / fsdp2_ep with its parameters on the meta device, each rank reading only
+    its shard of the weights once sharded (sharded_load.py)."""
+    if cfg.parallelism == "ddp":
+        return load_moe_causal_lm(model_dir)
+    return empty_moe_causal_lm(model_dir)
 
 
 def ddp_trainee(model: nn.Module, cfg: TrainerConfig, accelerator: Accelerator) -> Trainee:
@@ -80,12 +94,21 @@ def _all_sum(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.cpu()
 
 
-def sharded_trainee(model: nn.Module, cfg: TrainerConfig, accelerator: Accelerator) -> Trainee:
-    """FSDP2 (and expert parallel) through `parallelize`, over the launched ranks."""
+def sharded_trainee(
+    model: nn.Module, cfg: TrainerConfig, accelerator: Accelerator, model_dir: str | Path | None = None
+) -> Trainee:
+    """FSDP2 (and expert parallel) through `parallelize`, over the launched ranks. A
+    model on the meta device is sharded first, then each rank reads its shard."""
     meshes = build_meshes(cfg, accelerator.device.type)
-    model.to(accelerator.device)
+    on_meta = any(p.is_meta for p in model.parameters())
+    if on_meta and model_dir is None:
+        raise ValueError("a model on the meta device needs the checkpoint folder its shards are read from")
+    if not on_meta:
+        model.to(accelerator.device)
     replay = RouterReplay(model, replay=cfg.router_replay != "off")  # hooks on routers, before FSDP wraps
     ep = parallelize(model, cfg, meshes)
+    if on_meta:
+        fill_sharded(model, model_dir, accelerator.device, ep)
     opt, sched = make_optimizer(model, cfg)
     accelerator.register_for_checkpointing(sched)
     layout = {"processes": cfg.processes, "parallelism": cfg.parallelism, "ep": cfg.expert_parallel_size}

@@ -38,13 +38,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engines.handoff import Completion, wait_for_step, work_dir
 from engines.lifetime import end_with_owner, exit_with_parent_now
-from engines.model.load import load_moe_causal_lm, load_tokenizer
+from engines.model.load import load_tokenizer, local_model_dir
 from engines.step_metrics import episode_metrics
 from engines.trainer import lake_state
 from engines.trainer.advantages import advantages_record, step_advantages
 from engines.trainer.checkpoint import load_latest_state, save_state
 from engines.trainer.config import TrainerConfig
-from engines.trainer.distributed import make_accelerator, make_trainee
+from engines.trainer.distributed import load_model, make_accelerator, make_trainee
 from engines.trainer.export import export_weights
 from engines.trainer.phase_clock import PhaseClock
 from engines.trainer.rl_step import rl_step
@@ -117,10 +117,10 @@ class TrainerLane:
         self.store = open_store(cfg.storage)
         t = cfg.trainer
         self.accelerator = make_accelerator(t.mixed_precision, t.parallelism)
-        model = load_moe_causal_lm(cfg.model_dir)
+        model = load_model(cfg.model_dir, t)
         self.arch = type(model).__name__  # before FSDP2 renames the class (export writes it)
         self.tokenizer = load_tokenizer(cfg.model_dir)
-        self.trainee = make_trainee(model, t, self.accelerator)
+        self.trainee = make_trainee(model, t, self.accelerator, local_model_dir(cfg.model_dir))
         self.mirror = not lake_state.is_in_lake(self.store, cfg.run, cfg.state_path())
         if self.mirror and self.accelerator.is_main_process:
             if (aside := lake_state.set_aside_foreign(self.store, cfg.run, cfg.state_path())) is not None:
