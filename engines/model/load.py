@@ -79,6 +79,8 @@ def empty_moe_causal_lm(source: str | Path) -> PreTrainedModel:
     path = local_model_dir(source)
     config = AutoConfig.from_pretrained(path)
     check_moe_causal_lm(config, str(source))
+    if hasattr(config, "quantization_config"):  # trained in full precision: its weights are read de-quantised
+        del config.quantization_config
     with init_empty_weights(include_buffers=False):
         model = AutoModelForCausalLM.from_config(config, dtype="float32")
     model.tie_weights()  # from_pretrained ties (tie_word_embeddings); from_config leaves them apart

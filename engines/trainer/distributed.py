@@ -30,7 +30,7 @@ from engines.trainer.grad_clip import clip_grad_norm
 from engines.trainer.parallelize import build_meshes, parallelize
 from engines.trainer.rl_step import Trainee, make_optimizer
 from engines.trainer.router_replay import RouterReplay
-from engines.trainer.sharded_load import fill_sharded
+from engines.trainer.sharded_load import fill_sharded, fp8_block
 from engines.trainer.sharded_state import load_shard, save_shard
 
 
@@ -58,10 +58,14 @@ def make_trainee(
 def load_model(model_dir: str | Path, cfg: TrainerConfig) -> nn.Module:
     """The model a rank starts from: whole in fp32 under ddp (each rank holds a replica);
     under fsdp2 / fsdp2_ep with its parameters on the meta device, each rank reading only
-    its shard of the weights once sharded (sharded_load.py)."""
-    if cfg.parallelism == "ddp":
+    its shard of the weights once sharded (sharded_load.py). A block-FP8 checkpoint is
+    de-quantised to fp32 as it is read."""
+    if cfg.parallelism == "ddp" and fp8_block(model_dir) is None:
         return load_moe_causal_lm(model_dir)
-    return empty_moe_causal_lm(model_dir)
+    model = empty_moe_causal_lm(model_dir)
+    if cfg.parallelism == "ddp":  # a block-FP8 checkpoint, de-quantised whole for each replica
+        fill_sharded(model, model_dir, torch.device("cpu"), None)
+    return model
 
 
 def ddp_trainee(model: nn.Module, cfg: TrainerConfig, accelerator: Accelerator) -> Trainee:

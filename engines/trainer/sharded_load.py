@@ -13,6 +13,8 @@ own conversion mapping for the model type (`get_checkpoint_conversion_mapping`) 
 they fuse: per-expert tensors stacked (MergeModulelist, dim 0), then gate and up joined
 (Concatenate). Only the rank's experts are read and fused. A mapping with another
 operation is refused with its name (transformers loads such a family whole, under ddp).
+A block-FP8 checkpoint (GLM-5's format, and export.py's `fp8`) is de-quantised row by
+row with the scales of the blocks those rows fall in, so a rank never holds another's.
 Buffers the checkpoint holds (DeepSeek's router correction bias) are read whole; the
 others (rotary tables) were computed for real when the model was built and are kept.
 """
@@ -50,6 +52,7 @@ class CheckpointReader:
                     self.files.update({k: path for k in handle.keys()})  # noqa: SIM118 (a safetensors handle is not iterable)
         if not self.files:
             raise FileNotFoundError(f"{folder} holds no safetensors weights: export the model with save_pretrained")
+        self.block = fp8_block(folder)
         self._open: dict[Path, object] = {}
 
     def __contains__(self, key: str) -> bool:
@@ -65,9 +68,37 @@ class CheckpointReader:
         return self._slice(key).get_shape()
 
     def rows(self, key: str, start: int, stop: int) -> torch.Tensor:
-        """Rows [start, stop) of tensor `key` (all of a 0-d tensor)."""
+        """Rows [start, stop) of tensor `key` (all of a 0-d tensor); a block-FP8 weight
+        de-quantised with the scales of its blocks of those rows, in float32."""
         piece = self._slice(key)
-        return piece[:] if not piece.get_shape() else piece[start:stop]
+        if not piece.get_shape():
+            return piece[:]
+        rows = piece[start:stop]
+        scales = key + "_scale_inv"
+        if self.block is None or scales not in self.files or stop <= start:
+            return rows
+        b = self.block
+        first, last = start // b, (stop - 1) // b + 1
+        s = self._slice(scales)[first:last].float()
+        s = s.repeat_interleave(b, 0)[start - first * b : stop - first * b].repeat_interleave(b, 1)
+        return rows.float() * s[:, : rows.shape[1]]
+
+
+def fp8_block(model_dir: str | Path) -> int | None:
+    """The block size of a block-FP8 checkpoint (config.json's quantization_config, as
+    engines/trainer/export.py writes it and GLM-5's is), None for an unquantised one;
+    another quantisation is refused by name."""
+    path = Path(model_dir) / "config.json"
+    quant = json.loads(path.read_text()).get("quantization_config") if path.is_file() else None
+    if not quant:
+        return None
+    block = quant.get("weight_block_size") or []
+    if quant.get("quant_method") != "fp8" or len(block) != 2 or block[0] != block[1]:
+        raise ValueError(
+            f"{model_dir}: quantization {quant.get('quant_method')!r} with blocks {block} cannot be read for training; "
+            "give an unquantised checkpoint or a block-FP8 one (quant_method fp8, square weight_block_size)"
+        )
+    return int(block[0])
 
 
 def fill_sharded(model: nn.Module, model_dir: str | Path, device: torch.device, ep: ExpertParallel | None) -> None:
