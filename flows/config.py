@@ -480,6 +480,12 @@ class RunConfig(BaseModel):
     def _check_devices(self) -> None:
         """The GPUs both lanes list on one node; the rest of the plan needs the node's GPU count
         and is made when the lanes start (flows/devices.py)."""
+        if self.trainer.nodes > 1 and not self.lanes.deployed:
+            raise ValueError(
+                f"trainer.nodes = {self.trainer.nodes}: a trainer over several machines runs one trainer lane per "
+                "node, each a run of lanes.trainer_deployment; set lanes.rollout_deployment and "
+                "lanes.trainer_deployment (the README's lanes-apart mode), or trainer.nodes = 1"
+            )
         if self.lanes.deployed:
             if self.trainer.share_devices:
                 raise ValueError(

@@ -89,16 +89,10 @@ async def _both_lanes(config: RunConfig, trainer: LaneConfig) -> None:
     fails the run and the other is cancelled."""
     lanes = config.lanes
     assert lanes.rollout_deployment is not None and lanes.trainer_deployment is not None
-    jobs = [
-        asyncio.create_task(supervise(lanes.rollout_deployment, {"config": config.model_dump(mode="json")}, lanes)),
-        asyncio.create_task(
-            supervise(
-                lanes.trainer_deployment,
-                {"config": trainer.model_dump(mode="json"), "metrics": config.metrics.model_dump(mode="json")},
-                lanes,
-            )
-        ),
-    ]
+    jobs = [asyncio.create_task(supervise(lanes.rollout_deployment, {"config": config.model_dump(mode="json")}, lanes))]
+    for lane in node_lanes(trainer):
+        parameters = {"config": lane.model_dump(mode="json"), "metrics": config.metrics.model_dump(mode="json")}
+        jobs.append(asyncio.create_task(supervise(lanes.trainer_deployment, parameters, lanes)))
     try:
         done, _ = await asyncio.wait(jobs, return_when=asyncio.FIRST_EXCEPTION)
         for job in done:
@@ -108,6 +102,15 @@ async def _both_lanes(config: RunConfig, trainer: LaneConfig) -> None:
         for job in jobs:
             job.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
+
+
+def node_lanes(trainer: LaneConfig) -> list[LaneConfig]:
+    """One trainer lane per node of `trainer.trainer.nodes`, each knowing its node_rank
+    (its torchrun runs that node's ranks; node 0 holds global rank 0)."""
+    return [
+        trainer.model_copy(update={"trainer": trainer.trainer.model_copy(update={"node_rank": node})})
+        for node in range(trainer.trainer.nodes)
+    ]
 
 
 async def supervise(deployment: str, parameters: dict[str, Any], lanes: LanesConfig) -> None:

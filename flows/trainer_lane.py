@@ -35,9 +35,9 @@ def trainer_lane(config: LaneConfig, metrics: MetricsConfig | None = None, slot_
     # One trainer lane per run, for its whole life. Taking the slot once per step instead
     # cost about 2 s per step: right after a release Prefect's slot accounting still
     # refuses the next acquisition for a while.
-    slot = (
-        nullcontext() if slot_held else concurrency(training_limit(config.run), occupy=1, lease_duration=SLOT_LEASE_S)
-    )
+    # Nodes after the first train under node 0's lane, which holds the slot for all of them.
+    held = slot_held or config.trainer.node_rank > 0
+    slot = nullcontext() if held else concurrency(training_limit(config.run), occupy=1, lease_duration=SLOT_LEASE_S)
     # Deployed on another machine, nothing but Prefect links it to its run (flows/parent_watch.py).
     with slot, ends_with_parent(config.run):
         if config.trainer.processes > 1:

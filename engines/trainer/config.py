@@ -144,6 +144,24 @@ class TrainerConfig(BaseModel):
         description="Trainer ranks: 1 trains in the lane's process; more run the lane under torchrun "
         "(one rank per process: a GPU each on GPU machines, a gloo rank on CPU).",
     )
+    nodes: int = Field(
+        1,
+        ge=1,
+        description="Machines the trainer's ranks span: processes / nodes ranks on each, one trainer lane per "
+        "node (each a run of lanes.trainer_deployment, node_rank set per run), joined by torchrun's static "
+        "rendezvous at `rendezvous`. Needs the lanes deployed (lanes.trainer_deployment).",
+    )
+    node_rank: int = Field(
+        0,
+        ge=0,
+        description="This node's place among `nodes` (node 0 holds global rank 0, which publishes). Set per "
+        "node by the run; leave 0 in a configuration file.",
+    )
+    rendezvous: str | None = Field(
+        None,
+        description="host:port where node 0's torchrun agent meets the others (nodes > 1): an address of the "
+        "machine that serves lanes.trainer_deployment's node 0, reachable from the other nodes.",
+    )
     devices: list[int] | None = Field(
         None,
         description="GPUs of this node the trainer ranks run on, one per rank (trainer.processes of them), given "
@@ -211,7 +229,27 @@ class TrainerConfig(BaseModel):
                 "rank; list that many, or leave devices unset"
             )
 
+    def _check_nodes(self) -> None:
+        if self.node_rank >= self.nodes:
+            raise ValueError(f"node_rank={self.node_rank} with nodes={self.nodes}: node ranks run 0 to nodes - 1")
+        if self.nodes == 1:
+            if self.rendezvous is not None:
+                raise ValueError("rendezvous is for trainers over several machines: set nodes > 1, or unset it")
+            return
+        if self.processes % self.nodes:
+            raise ValueError(
+                f"processes={self.processes} over nodes={self.nodes}: processes counts every rank of every node, "
+                "the same number on each; make it a multiple of nodes"
+            )
+        host, sep, port = (self.rendezvous or "").rpartition(":")
+        if not (sep and host and port.isdigit()):
+            raise ValueError(
+                f"rendezvous={self.rendezvous!r}: nodes={self.nodes} need node 0's address as host:port "
+                "(e.g. trainer-0.cluster:29500), where every node's torchrun meets"
+            )
+
     def _check_parallelism(self) -> None:
+        self._check_nodes()
         ep, cp, n = self.expert_parallel_size, self.context_parallel_size, self.processes
         if self.parallelism == "fsdp2_ep" and ep < 2:
             raise ValueError("expert_parallel_size: fsdp2_ep needs at least 2 (or use parallelism='fsdp2')")

@@ -24,11 +24,23 @@ from storage import checkpoints
 from storage.fs import open_store
 
 
-def torchrun_command(processes: int, *target: str) -> list[str]:
+def torchrun_command(processes: int, *target: str, trainer: TrainerConfig | None = None) -> list[str]:
     """The argv that runs `target` (`-m module ...` or `script.py ...`) as `processes`
     ranks on this machine, with this interpreter (`python -m torch.distributed.run`
-    rather than the `torchrun` script, which may belong to another environment)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", *target]
+    rather than the `torchrun` script, which may belong to another environment). With
+    `trainer.nodes` > 1, `processes` counts every node's ranks: this machine runs its
+    share as node `trainer.node_rank`, meeting the others at `trainer.rendezvous`."""
+    run = [sys.executable, "-m", "torch.distributed.run"]
+    if trainer is None or trainer.nodes == 1:
+        return [*run, "--standalone", f"--nproc_per_node={processes}", *target]
+    nodes = [f"--nnodes={trainer.nodes}", f"--node_rank={trainer.node_rank}", "--rdzv_backend=static"]
+    return [
+        *run,
+        *nodes,
+        f"--rdzv_endpoint={trainer.rendezvous}",
+        f"--nproc_per_node={processes // trainer.nodes}",
+        *target,
+    ]
 
 
 def exit_rank() -> NoReturn:
@@ -66,7 +78,7 @@ def torchrun_lane(
     # torchrun stays in this process's group (a group kill of the lane reaches it) and
     # ends when this process does; on SIGTERM it stops its ranks first.
     proc = subprocess.Popen(
-        torchrun_command(processes, *entry, "--config", f.name),
+        torchrun_command(processes, *entry, "--config", f.name, trainer=cfg.trainer),
         env=trainer_environment(cfg.trainer),
         preexec_fn=functools.partial(exit_with_parent, os.getpid(), signal.SIGTERM),
     )

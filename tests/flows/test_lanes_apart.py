@@ -47,6 +47,20 @@ def test_lanes_config_needs_both_deployments_or_none() -> None:
         LanesConfig(rollout_deployment="rollout-host/remote")
 
 
+def test_a_trainer_over_several_nodes_runs_one_deployed_lane_per_node(tmp_path: Path) -> None:
+    from flows.config import RunConfig
+    from flows.lanes_apart import node_lanes
+    from flows.runtime import trainer_lane_config
+
+    nodes = {"processes": 4, "parallelism": "fsdp2", "nodes": 2, "rendezvous": "trainer-0:29500"}
+    with pytest.raises(ValueError, match="trainer.nodes = 2: .* one trainer lane per node"):
+        RunConfig(trainer=nodes)
+    run = RunConfig(trainer=nodes, lanes=LANES, storage={"root": str(tmp_path)})
+    per_node = node_lanes(trainer_lane_config(run, "m"))
+    assert [lane.trainer.node_rank for lane in per_node] == [0, 1]
+    assert {lane.trainer.rendezvous for lane in per_node} == {"trainer-0:29500"}
+
+
 class Host:
     """A process worker standing for one machine: its own cwd, HOME, TMPDIR and PREFECT_HOME."""
 

@@ -73,3 +73,16 @@ def test_parallelism_settings_that_cannot_run_are_refused_naming_the_field():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="context_parallel_size=2 needs CUDA GPUs.*gpu_check"):
             TrainerConfig(processes=2, parallelism="fsdp2", context_parallel_size=2, packing=False)
+
+
+def test_a_trainer_over_several_nodes_needs_its_rendezvous():
+    nodes = {"processes": 4, "parallelism": "fsdp2", "nodes": 2, "rendezvous": "trainer-0:29500"}
+    assert TrainerConfig(**nodes).nodes == 2
+    with pytest.raises(ValueError, match="need node 0's address as host:port"):
+        TrainerConfig(**{**nodes, "rendezvous": None})
+    with pytest.raises(ValueError, match="processes=3 over nodes=2: .* a multiple of nodes"):
+        TrainerConfig(**{**nodes, "processes": 3, "parallelism": "ddp"})
+    with pytest.raises(ValueError, match="node_rank=2 with nodes=2"):
+        TrainerConfig(**nodes, node_rank=2)
+    with pytest.raises(ValueError, match="rendezvous is for trainers over several machines"):
+        TrainerConfig(rendezvous="trainer-0:29500")

@@ -1,21 +1,27 @@
 """FSDP2 and FSDP2 + expert parallel through the trainer lane: 2 processes over gloo
-on CPU against the same lane in one process."""
+on CPU, and 2 "nodes" (torchrun agents meeting at a rendezvous), against the same lane
+in one process."""
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
+from engines.inference.server_process import free_port
 from engines.model.load import load_moe_causal_lm
 from engines.trainer.lane import LaneConfig, train_steps
+from engines.trainer.torchrun import torchrun_command
 from storage import checkpoints
 from storage.fs import open_store
 from storage.shards import write_shard
 from tests.engines.trainer.lane_worker import PROBE
 from tests.engines.trainer.rollouts import synthetic_rollouts
-from tests.engines.trainer.two_ranks import run_two_ranks
+from tests.engines.trainer.two_ranks import REPO, run_two_ranks
 
 STEPS = 3
+WORKER = Path(__file__).with_name("lane_worker.py")
 
 
 def _lane(root: Path, model_dir, **trainer) -> LaneConfig:
@@ -79,6 +85,40 @@ def test_two_ranks_train_like_one_and_export_what_they_trained(one_process, tiny
         ref_logits = ref_model(input_ids=PROBE, use_cache=False).logits
     torch.testing.assert_close(logits, got["logits"], rtol=0, atol=1e-5)
     torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-3)  # one process, other summation order
+
+
+@pytest.mark.slow
+def test_two_nodes_meeting_at_a_rendezvous_train_like_one_process(one_process, tiny_model_dir, tmp_path):
+    """Two torchrun agents, one a "node" each, over loopback (the command the trainer lane
+    of each node runs): global rank 0 on node 0 publishes what the pair trained."""
+    ref_cfg, ref = one_process
+    port = free_port()
+    cfg = _lane(
+        tmp_path / "lake", tiny_model_dir, processes=2, parallelism="fsdp2", nodes=2, rendezvous=f"127.0.0.1:{port}"
+    )
+    torch.manual_seed(0)
+    _write_steps(cfg, load_moe_causal_lm(tiny_model_dir))
+    out = tmp_path / "out.pt"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    procs = []
+    for node in (0, 1):
+        node_cfg = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"node_rank": node})})
+        path = tmp_path / f"node{node}.json"
+        path.write_text(node_cfg.model_dump_json())
+        command = torchrun_command(2, str(WORKER), str(path), str(out), trainer=node_cfg.trainer)
+        assert "--nproc_per_node=1" in command and f"--node_rank={node}" in command
+        procs.append(subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    logs = [p.communicate(timeout=300)[0].decode(errors="replace") for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(log[-3000:] for log in logs)
+    got = torch.load(out, weights_only=False)
+    for a, b in zip(got["metrics"], ref):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
+    exported = load_moe_causal_lm(checkpoints.get(open_store(cfg.storage), cfg.run, STEPS).uri).eval()
+    ref_model = load_moe_causal_lm(checkpoints.get(open_store(ref_cfg.storage), ref_cfg.run, STEPS).uri).eval()
+    with torch.no_grad():
+        logits, ref_logits = (m(input_ids=PROBE, use_cache=False).logits for m in (exported, ref_model))
+    torch.testing.assert_close(logits, got["logits"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-3)
 
 
 @pytest.mark.slow
