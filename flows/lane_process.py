@@ -25,16 +25,15 @@ import signal
 import sys
 from pathlib import Path
 
-from prefect.concurrency.asyncio import concurrency
-
 from engines.lifetime import exit_with_parent, owner_env, signal_group
 from engines.trainer.lane import LaneConfig
 from engines.trainer.torchrun import trainer_environment
 from flows.metrics import MetricsConfig
 from flows.prefect_child import create_child_run
 from flows.trainer_lane import trainer_lane
-from tasks.limits import SLOT_LEASE_S, training_limit
+from tasks.limits import training_limit
 from tasks.progress import say
+from tasks.slots import held_slot
 
 
 class TrainerProcess:
@@ -81,7 +80,7 @@ class TrainerProcess:
     async def run(self) -> None:
         """Run until the lane exits cleanly; restart it when it dies. Holds the training
         slot meanwhile."""
-        async with concurrency(self.limit, occupy=1, lease_duration=SLOT_LEASE_S):
+        async with held_slot(self.limit):
             await self._supervise()
 
     async def _supervise(self) -> None:

@@ -26,7 +26,6 @@ from uuid import UUID
 from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import State
-from prefect.concurrency.asyncio import concurrency
 from prefect.deployments import run_deployment
 from prefect.states import Cancelling
 
@@ -40,8 +39,9 @@ from flows.runtime import corpus_draw, trainer_lane_config, work_dir
 from storage.atomic import write_bytes_atomic
 from storage.fs import open_store
 from tasks.corpus import draw_corpus, generate_micro_corpus
-from tasks.limits import SLOT_LEASE_S, run_limit
+from tasks.limits import run_limit
 from tasks.progress import say
+from tasks.slots import held_slot
 
 
 def result_path(run: str) -> str:
@@ -77,7 +77,7 @@ async def run_lanes_apart(config: RunConfig, model_dir: str) -> dict[str, Any]:
     trainer = trainer_lane_config(config, model_dir)  # its state in the trainer machine's folder and the lake
     # The lanes end when this flow's lease lapses (flows/parent_watch.py): a killed
     # process, which no worker may report, leaves no lane behind.
-    async with concurrency(run_limit(config.run), occupy=1, lease_duration=SLOT_LEASE_S):
+    async with held_slot(run_limit(config.run)):
         await _both_lanes(config, trainer)
     store = open_store(config.storage)
     result = store.path(result_path(config.run))

@@ -13,7 +13,6 @@ from typing import Any
 
 import psutil
 from prefect import flow
-from prefect.concurrency.asyncio import concurrency
 
 from engines.env.corpus import load_corpus
 from engines.env.types import Task
@@ -25,9 +24,10 @@ from flows.runtime import open_rollout_lane, work_dir
 from flows.sinks import metrics_sink
 from storage.atomic import write_bytes_atomic
 from storage.fs import Store, open_store
-from tasks.limits import SLOT_LEASE_S, rollout_limit
+from tasks.limits import rollout_limit
 from tasks.progress import say
 from tasks.rollout import evaluate_policy, load_final_policy, retain_weights, rollout_step
+from tasks.slots import held_slot
 
 
 def evaluated_tasks(tasks: list[Task], count: int) -> list[Task]:
@@ -44,7 +44,7 @@ async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
     # One rollout lane per run, for its whole life (a slot taken per step waited about
     # 2 s each time on Prefect's slot accounting).
     async with (
-        concurrency(rollout_limit(config.run), occupy=1, lease_duration=SLOT_LEASE_S),
+        held_slot(rollout_limit(config.run)),
         open_rollout_lane(config, store, train, heldout) as lane,
     ):
         sink = metrics_sink(config.metrics, "rollout", config.run, work_dir(config), config.model_dump(mode="json"))

@@ -13,7 +13,6 @@ import sys
 from contextlib import nullcontext
 
 from prefect import flow
-from prefect.concurrency.sync import concurrency
 
 from engines.devices import VISIBLE, visible_devices
 from engines.lifetime import end_with_owner
@@ -23,8 +22,9 @@ from flows.metrics import MetricsConfig, MetricsSink
 from flows.parent_watch import ends_with_parent
 from flows.prefect_child import run_child
 from flows.trainer_ranks import lane_sink
-from tasks.limits import SLOT_LEASE_S, training_limit
+from tasks.limits import training_limit
 from tasks.progress import say
+from tasks.slots import held_slot_sync
 from tasks.trainer import torchrun_steps, train_step, wait_for_rollouts
 
 
@@ -37,7 +37,7 @@ def trainer_lane(config: LaneConfig, metrics: MetricsConfig | None = None, slot_
     # refuses the next acquisition for a while.
     # Nodes after the first train under node 0's lane, which holds the slot for all of them.
     held = slot_held or config.trainer.node_rank > 0
-    slot = nullcontext() if held else concurrency(training_limit(config.run), occupy=1, lease_duration=SLOT_LEASE_S)
+    slot = nullcontext() if held else held_slot_sync(training_limit(config.run))
     # Deployed on another machine, nothing but Prefect links it to its run (flows/parent_watch.py).
     with slot, ends_with_parent(config.run):
         if config.trainer.processes > 1:

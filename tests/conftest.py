@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests import module_seconds
+from tests.prefect_server import prefect_server  # noqa: F401 (the fixture, for every test folder)
 from tests.tiny_model import make_tiny_model_dir
 
 # Host requirements of markers (sandbox, cgroup, tmpfs) fail the run when missing;

@@ -1,4 +1,5 @@
-"""A real Prefect server on loopback with a temporary PREFECT_HOME, for flow tests."""
+"""A real Prefect server on loopback with a temporary PREFECT_HOME, one per test process
+(the `prefect_server` fixture, registered by tests/conftest.py for flow and task tests)."""
 
 from __future__ import annotations
 
