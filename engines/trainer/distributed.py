@@ -22,7 +22,7 @@ import torch.distributed as dist
 from accelerate import Accelerator
 from torch import nn
 
-from engines.model.load import empty_moe_causal_lm, load_moe_causal_lm
+from engines.model.load import empty_moe_causal_lm, load_moe_causal_lm, local_model_dir
 from engines.trainer.config import TrainerConfig
 from engines.trainer.expert_parallel import ExpertParallel
 from engines.trainer.full_state import full_state_dict
@@ -60,11 +60,12 @@ def load_model(model_dir: str | Path, cfg: TrainerConfig) -> nn.Module:
     under fsdp2 / fsdp2_ep with its parameters on the meta device, each rank reading only
     its shard of the weights once sharded (sharded_load.py). A block-FP8 checkpoint is
     de-quantised to fp32 as it is read."""
-    if cfg.parallelism == "ddp" and fp8_block(model_dir) is None:
-        return load_moe_causal_lm(model_dir)
-    model = empty_moe_causal_lm(model_dir)
+    local = local_model_dir(model_dir)  # an s3:// model is copied once
+    if cfg.parallelism == "ddp" and fp8_block(local) is None:
+        return load_moe_causal_lm(local)
+    model = empty_moe_causal_lm(local)
     if cfg.parallelism == "ddp":  # a block-FP8 checkpoint, de-quantised whole for each replica
-        fill_sharded(model, model_dir, torch.device("cpu"), None)
+        fill_sharded(model, local, torch.device("cpu"), None)
     return model
 
 
