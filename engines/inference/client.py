@@ -253,6 +253,12 @@ async def weight_checksums(http: httpx.AsyncClient, url: str, timeout_s: float) 
     ]
 
 
+async def loaded_from(http: httpx.AsyncClient, url: str, timeout_s: float) -> list[str]:
+    """Per worker: the directory it last loaded its weights from (our worker extension)."""
+    body = {"method": "loaded_from"}
+    return (await _call(http, "POST", f"{url}/collective_rpc", json=body, timeout=timeout_s))["results"]
+
+
 async def loaded_weight_digests(http: httpx.AsyncClient, url: str, timeout_s: float) -> list[dict[str, str]]:
     """Per worker: the digest of every tensor in the files it last loaded (our worker extension)."""
     body = {"method": "loaded_weight_digests"}

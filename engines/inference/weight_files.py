@@ -137,11 +137,33 @@ def mismatches(expected: dict[str, str], loaded: dict[str, str]) -> list[str]:
 
 async def verify_loaded(http: httpx.AsyncClient, url: str, expected: dict[str, str], timeout_s: float) -> None:
     """Raise WeightUpdateError unless every worker of the server at `url` loaded exactly `expected`."""
-    for rank, loaded in enumerate(await client.loaded_weight_digests(http, url, timeout_s)):
+    _check(url, "loaded", expected, await client.loaded_weight_digests(http, url, timeout_s))
+
+
+def verify_files(weights_dir: str | Path, expected: dict[str, str]) -> None:
+    """Raise WeightUpdateError unless the files of `weights_dir` hold exactly `expected`:
+    the check of an update, made in this process before any server pauses (a worker's
+    own digest pass would stall its engine, which runs it between generation steps)."""
+    _check(str(weights_dir), "holds", expected, [file_digests(weights_dir)])
+
+
+async def verify_loaded_from(http: httpx.AsyncClient, url: str, weights_dir: str, timeout_s: float) -> None:
+    """Raise WeightUpdateError unless every worker of the server at `url` last loaded from
+    `weights_dir` (the directory `verify_files` checked): a check cheap enough for the pause."""
+    for rank, path in enumerate(await client.loaded_from(http, url, timeout_s)):
+        if Path(path).resolve() != Path(weights_dir).resolve():
+            raise WeightUpdateError(
+                f"server {url} (worker {rank}) loaded from {path}, not {weights_dir}, the directory that was checked"
+            )
+
+
+def _check(where: str, verb: str, expected: dict[str, str], per_worker: list[dict[str, str]]) -> None:
+    for rank, loaded in enumerate(per_worker):
         problems = mismatches(expected, loaded)
         if problems:
+            who = where if verb == "holds" else f"server {where} (worker {rank})"
             raise WeightUpdateError(
-                f"server {url} (worker {rank}) loaded weights that differ from the exported ones in "
+                f"{who} {verb} weights that differ from the exported ones in "
                 f"{len(problems)} of {len(expected)} tensors: {', '.join(problems[:5])}"
             )
 

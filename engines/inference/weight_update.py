@@ -1,11 +1,15 @@
 """Live weight updates: the one owner of what every server should serve
 (`ServedWeights`) and of the sequences that change it.
 
-reload (`weight_update='reload'`, the default), on every server at once. Per server:
-pause (in-flight requests kept) -> reload through our worker extension (exact for the
-CPU build's MoE experts too) -> check the loaded weights against the export
-(weight_files.py; one digest pass over the checkpoint per worker, while paused) -> set
-and read back the version -> drop the prefix cache -> resume, always. A server found
+reload (`weight_update='reload'`, the default), on every server at once. First, while
+every server still serves, this process digests the files the servers will reload from
+and must find the export's digests (weight_files.py; a worker's own digest pass would
+stall its engine, which runs it between generation steps): an update to other weights
+is refused before any pause, every server still on its verified version. Then per
+server: pause (in-flight requests kept) -> reload through our worker extension (exact
+for the CPU build's MoE experts too) -> confirm each worker read the checked directory
+(a path, not a digest pass) -> set and read back the version -> drop the prefix cache
+-> resume, always. A server found
 dead before or during the update is restarted on the new weights and counts as
 updated once it is back on them and checked.
 
@@ -40,7 +44,9 @@ from engines.inference.weight_files import (
     expected_digests,
     reload_dir,
     serving_dir,
+    verify_files,
     verify_loaded,
+    verify_loaded_from,
     verify_same_weights,
 )
 
@@ -79,10 +85,19 @@ class WeightUpdater:
             raise ValueError(f"weight version {version} is older than the served version {self.served.version}")
         path = path.resolve()
         checked = self.cfg.verify_checksums and self.cfg.worker_extension
-        self.served.expected = await asyncio.to_thread(expected_digests, path) if checked else None
+        expected = await asyncio.to_thread(expected_digests, path) if checked else None
+        reload_from = None
+        if self.mode == "reload":
+            staging = self.fleet.log_dir if self.cfg.local else None  # attached servers must see it: beside the weights
+            reload_from = str(await asyncio.to_thread(reload_dir, path, Path(self.cfg.model_dir), staging))
+            if expected is not None:  # refused here, every server still serving what it served
+                await asyncio.to_thread(verify_files, reload_from, expected)
+        self.served.expected = expected
         self.served.weights_dir = str(path)
         self.served.version = version  # restarts from now on load this version
-        await (self._restart_all(path) if self.mode == "restart" else self._reload_all(path))
+        if reload_from is not None:
+            self.served.reload_from = reload_from
+        await (self._restart_all(path) if self.mode == "restart" else self._reload_all())
         slots = self.fleet.slots
         if self.cfg.verify_checksums and len(slots) > 1:
             await verify_same_weights(self.http, [s.url for s in slots], self.cfg.request_timeout_s)
@@ -128,10 +143,8 @@ class WeightUpdater:
 
     # ---- reload -----------------------------------------------------------------
 
-    async def _reload_all(self, path: Path) -> None:
-        fleet, cfg = self.fleet, self.cfg
-        staging = fleet.log_dir if cfg.local else None  # attached servers must see it: beside the weights
-        self.served.reload_from = str(await asyncio.to_thread(reload_dir, path, Path(cfg.model_dir), staging))
+    async def _reload_all(self) -> None:
+        fleet = self.fleet
         # A crash restart in flight ends first (then it is updated below like the others).
         await fleet.settle_recoveries()
         updating = [s for s in fleet.slots if s.healthy]
@@ -153,7 +166,15 @@ class WeightUpdater:
             await client.reload_weights(
                 http, slot.url, served.reload_from, self.cfg.request_timeout_s, self.cfg.worker_extension
             )
-            await self._verify(slot)  # before the version: a server never reports it on other weights
+            # Before the version, so a server never reports it on other weights. The files were
+            # checked before the pause: here only that it read them.
+            if served.expected is not None:
+                try:
+                    await verify_loaded_from(http, slot.url, served.reload_from, self.cfg.request_timeout_s)
+                except WeightUpdateError:
+                    slot.verified = False
+                    raise
+                slot.verified = True
             await client.set_weight_version(http, slot.url, served.version)
             reported = await client.weight_version(http, slot.url)
             if reported != str(served.version):

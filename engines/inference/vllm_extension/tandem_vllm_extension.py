@@ -12,9 +12,11 @@ the experts compute with unpacked weights: served logprobs off by 0.07-0.46 nats
 again in place with vLLM's own packing op, so compiled graphs and the kernel keep
 the same storage.
 
-`loaded_weight_digests` lets the pool check an update against the exported weights
-(tensor_digest.py): the digests of the files in the directory the worker last
-loaded its weights from (its start-up model, or the last reload's path).
+`loaded_from` lets the pool confirm, inside an update's pause, that the reload read the
+directory whose files it checked against the export beforehand (weight_update.py).
+`loaded_weight_digests` digests the files of the directory the worker last loaded (its
+start-up model, or the last reload's path): the check of a server restarted onto
+weights, before it serves.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class ExactReloadExtension:
                     weight = getattr(module, name)
                     weight.copy_(ops.cpu_prepack_moe_weight(weight.data.clone(), isa))
         return len(experts)
+
+    def loaded_from(self) -> str:
+        """The directory this worker last loaded its weights from (after a reload, its path)."""
+        return str(self.model_config.model)
 
     def loaded_weight_digests(self) -> dict[str, str]:
         """Digest of every tensor in the safetensors of the directory this worker last loaded
