@@ -8,7 +8,8 @@ stall its engine, which runs it between generation steps): an update to other we
 is refused before any pause, every server still on its verified version. Then per
 server: pause (in-flight requests kept) -> reload through our worker extension (exact
 for the CPU build's MoE experts too) -> confirm each worker read the checked directory
-(a path, not a digest pass) -> set and read back the version -> drop the prefix cache
+(a path, not a digest pass; servers given by URL must see that folder's bytes, as they
+must see it to reload at all) -> set and read back the version -> drop the prefix cache
 -> resume, always. A server found
 dead before or during the update is restarted on the new weights and counts as
 updated once it is back on them and checked.
