@@ -3,7 +3,7 @@ checkpoint read by every rank, then sharded (the baseline: how the lane loaded b
 engines/trainer/sharded_load.py), against the model built on the meta device and each
 rank reading only its shard (the lane now).
 
-A Qwen3-MoE of about 190M parameters (760 MB in fp32) is exported once; each arm runs
+A Qwen3-MoE of 152M parameters (581 MB in fp32) is exported once; each arm runs
 as 2 gloo ranks under torchrun, and each rank reports the growth of its peak resident
 memory over what it held before loading (after its imports and process group).
 
@@ -61,23 +61,11 @@ def rank_main(arm: str, model_dir: str, out: str) -> None:
 
 
 def _export(folder: Path) -> tuple[str, float]:
-    import torch
+    """The benchmark's model (weight_sync's 581 MB Qwen3-MoE) and its size in MB."""
+    from benchmarks.weight_sync import mid_model
 
-    from engines.model.families import tiny_config
-    from engines.model.tokenizer import train_tokenizer
-    from engines.trainer.export import export_weights
-
-    tok = train_tokenizer(["def add(a, b):\n    return a + b\n"] * 40, 300)
-    config = tiny_config("qwen3_moe", vocab_size=len(tok))
-    config.update(
-        dict(hidden_size=512, num_hidden_layers=8, num_experts=32, moe_intermediate_size=384, intermediate_size=1024)
-    )
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    out = export_weights(model, tok, str(folder / "model"), "fp32")
-    size = sum(p.numel() for p in model.parameters()) * 4 / 2**20
-    return out, size
+    out = mid_model(folder / "model")
+    return str(out), sum(f.stat().st_size for f in out.glob("*.safetensors")) / 2**20
 
 
 def _arm(arm: str, model_dir: str, ranks: int, folder: Path) -> list[float]:

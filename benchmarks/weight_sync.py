@@ -48,8 +48,9 @@ async def _stream(pool, stop: asyncio.Event, done: list[tuple[float, int]]) -> N
         done.append((time.monotonic(), c.weight_version))
 
 
-def _mid_model(out: Path) -> Path:
-    """A Qwen3-MoE of 152M parameters (581 MB in fp32), exported with its tokenizer."""
+def mid_model(out: Path) -> Path:
+    """A Qwen3-MoE of 152M parameters (581 MB in fp32), exported with its tokenizer
+    (benchmarks/load_memory.py loads the same one)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -74,7 +75,7 @@ async def _rounds(work: Path, rounds: int, size: str) -> list[dict[str, float]]:
     from engines.model.load import load_moe_causal_lm, load_tokenizer
     from engines.trainer.export import export_weights
 
-    model_dir = make_tiny_model(work / "model", seed=0) if size == "tiny" else _mid_model(work / "model")
+    model_dir = make_tiny_model(work / "model", seed=0) if size == "tiny" else mid_model(work / "model")
     cfg = InferenceConfig(model_dir=str(model_dir), max_model_len=512, limits=EpisodeLimits(max_total_tokens=512))
     tok, model = load_tokenizer(model_dir), load_moe_causal_lm(model_dir)
     results = []

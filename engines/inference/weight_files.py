@@ -137,14 +137,15 @@ def mismatches(expected: dict[str, str], loaded: dict[str, str]) -> list[str]:
 
 async def verify_loaded(http: httpx.AsyncClient, url: str, expected: dict[str, str], timeout_s: float) -> None:
     """Raise WeightUpdateError unless every worker of the server at `url` loaded exactly `expected`."""
-    _check(url, "loaded", expected, await client.loaded_weight_digests(http, url, timeout_s))
+    per_worker = await client.loaded_weight_digests(http, url, timeout_s)
+    _check(expected, [(f"server {url} (worker {rank}) loaded", got) for rank, got in enumerate(per_worker)])
 
 
 def verify_files(weights_dir: str | Path, expected: dict[str, str]) -> None:
     """Raise WeightUpdateError unless the files of `weights_dir` hold exactly `expected`:
     the check of an update, made in this process before any server pauses (a worker's
     own digest pass would stall its engine, which runs it between generation steps)."""
-    _check(str(weights_dir), "holds", expected, [file_digests(weights_dir)])
+    _check(expected, [(f"{weights_dir} holds", file_digests(weights_dir))])
 
 
 async def verify_loaded_from(http: httpx.AsyncClient, url: str, weights_dir: str, timeout_s: float) -> None:
@@ -157,13 +158,13 @@ async def verify_loaded_from(http: httpx.AsyncClient, url: str, weights_dir: str
             )
 
 
-def _check(where: str, verb: str, expected: dict[str, str], per_worker: list[dict[str, str]]) -> None:
-    for rank, loaded in enumerate(per_worker):
-        problems = mismatches(expected, loaded)
+def _check(expected: dict[str, str], readings: list[tuple[str, dict[str, str]]]) -> None:
+    """Raise WeightUpdateError at the first reading ("who did what", digests) that differs from `expected`."""
+    for who, got in readings:
+        problems = mismatches(expected, got)
         if problems:
-            who = where if verb == "holds" else f"server {where} (worker {rank})"
             raise WeightUpdateError(
-                f"{who} {verb} weights that differ from the exported ones in "
+                f"{who} weights that differ from the exported ones in "
                 f"{len(problems)} of {len(expected)} tensors: {', '.join(problems[:5])}"
             )
 
