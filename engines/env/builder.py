@@ -64,6 +64,7 @@ from engines.env.grader import GradingPool
 from engines.env.mutations import Mutation, enclosing_name, function_starts, mutations
 from engines.env.report import frame_log, parse_statuses
 from engines.env.sandbox import make_runner
+from engines.env.sandbox_python import python_layout
 from engines.env.sdists import DEFAULT_PINS
 from engines.env.sources import ProjectSource, project_source
 from engines.env.splits import assign_split
@@ -307,8 +308,9 @@ def project_key(source: ProjectSource, config: BuildConfig) -> tuple[str, dict[s
     """16 hex digits of the sha256 of everything that decides a project's tasks, and
     those inputs: the project's content (the pin's sha256, or a folder's tree hash),
     the build settings that choose mutants and keep them, the sandbox's limits and
-    interpreter, and the builder's own code (BUILDER_MODULES). Not in it: workers,
-    scratch folders (where and how fast, not what), and the split settings."""
+    interpreter (its version and packages), and the builder's own code (BUILDER_MODULES).
+    Not in it: workers, scratch folders (where and how fast, not what), and the split
+    settings."""
     env = config.env
     inputs = {
         "project": {"name": source.name, "version": source.version, "sha256": source.sha256},
@@ -326,6 +328,8 @@ def project_key(source: ProjectSource, config: BuildConfig) -> tuple[str, dict[s
             "backend": env.backend,
             "limits": env.limits.model_dump(),
             "python": _python_version(env.python),
+            # A task is valid only with what its tests can import: the sandbox interpreter's packages.
+            "packages": list(python_layout(env.python).packages),
             "warm_pytest": env.warm_pytest,
         },
         "code": builder_digest(),

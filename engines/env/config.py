@@ -8,10 +8,11 @@ a default.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from engines.env.sandbox_python import check_python, default_sandbox_python
 
 
 class SandboxLimits(BaseModel):
@@ -67,8 +68,10 @@ class EnvConfig(BaseModel):
         description="Where the cgroup filesystem is mounted (v2: the unified root; v1: the folder holding memory/ and pids/).",
     )
     python: str = Field(
-        default_factory=lambda: sys.executable,
-        description="Python interpreter that runs tests inside the sandbox (its prefix is bound read-only).",
+        default_factory=default_sandbox_python,
+        description="Python interpreter that runs tests inside the sandbox (its prefix is bound read-only). Default: "
+        "the pytest-only environment scripts/setup.sh builds (TANDEM_SANDBOX_PYTHON), so no package of the "
+        "orchestrator's is importable or readable from an episode; else this interpreter, with a warning.",
     )
     workers: int = Field(
         0, ge=0, description="Grading workers; 0 = min(CPU cores, available memory / limits.memory_mb)."
@@ -146,6 +149,11 @@ class EnvConfig(BaseModel):
         default_factory=lambda: os.environ.get("TANDEM_ENV_SCRATCH", "/tmp/tandem-env"),
         description="Where writable repository copies are made.",
     )
+
+    @field_validator("python")
+    @classmethod
+    def _check_python(cls, python: str) -> str:
+        return check_python(python)
 
     @model_validator(mode="after")
     def _check_backend(self) -> EnvConfig:

@@ -3,8 +3,9 @@
 What the bubblewrap backend protects against (each is tested):
   - network access: every namespace is unshared; only loopback exists inside;
   - reading or writing outside the repository: the root is empty except read-only
-    system directories, the Python installation and the projects' dependency folders
-    (deps.py); the repository copy is the
+    system directories, the sandbox's Python installation (pytest alone, with the base
+    interpreter's own site-packages shown empty: sandbox_python.py) and the projects'
+    dependency folders (deps.py); the repository copy is the
     only writable bind (at /repo); /tmp is a private tmpfs;
   - fork bombs and memory bombs: cgroup (v2 or v1) pids and memory caps on the whole tree;
   - busy loops and sleeps: CPU-time rlimit, and a wall-clock timeout that kills
@@ -40,12 +41,12 @@ from engines.env.cgroup import CgroupCaps, unavailable
 from engines.env.config import EnvConfig, SandboxLimits
 from engines.env.deps import DEPS_VAR, SANDBOX_DEPS, deps_root
 from engines.env.errors import SandboxUnavailableError
+from engines.env.sandbox_python import SYSTEM_DIRS, python_layout
 from engines.lifetime import signal_group
 
 log = logging.getLogger(__name__)
 
 SANDBOX_REPO = "/repo"  # where the repository copy appears inside the sandbox
-_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc/alternatives")
 _SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf")
 _cgroup_warned = False
 
@@ -85,7 +86,7 @@ class BwrapRunner:
             )
         self.config = config
         self.bwrap = bwrap
-        self._binds = _python_dirs(config.python)
+        self._python = python_layout(config.python)
 
     def argv(self, repo: Path, status_fd: int | None = None, read_only: dict[str, str] | None = None) -> list[str]:
         """bubblewrap's arguments up to the command: `repo` read-write at SANDBOX_REPO,
@@ -103,14 +104,16 @@ class BwrapRunner:
         ]
         if status_fd is not None:
             args += ["--json-status-fd", str(status_fd)]
-        for d in _SYSTEM_DIRS:
+        for d in SYSTEM_DIRS:
             args += ["--ro-bind-try", d, d]
         for f in _SYSTEM_FILES:
             args += ["--ro-bind-try", f, f]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
         # After the /tmp tmpfs, so an interpreter installed under /tmp (a venv there) stays visible.
-        for d in self._binds:
+        for d in self._python.binds:
             args += ["--ro-bind", d, d]
+        for d in self._python.hidden:  # e.g. the base interpreter's site-packages: a venv never imports it
+            args += ["--tmpfs", d, "--remount-ro", d]
         # Projects' own dependency folders (deps.py), read-only; absent until a build made one.
         args += ["--ro-bind-try", str(deps_root()), SANDBOX_DEPS]
         args += ["--bind", str(repo), SANDBOX_REPO, "--chdir", SANDBOX_REPO]
@@ -283,16 +286,6 @@ def _read_status(fd: int) -> dict:
         except ValueError:
             continue
     return status
-
-
-def _python_dirs(python: str) -> list[str]:
-    """Installation prefixes of `python` and of every interpreter its symlinks lead to."""
-    dirs, path = [], Path(python)
-    for candidate in (path, path.resolve()):
-        prefix = str(candidate.parent.parent)
-        if prefix not in ("/", "/usr") and not any(prefix.startswith(d + "/") or prefix == d for d in _SYSTEM_DIRS):
-            dirs.append(prefix)
-    return sorted(set(dirs))
 
 
 def _sandbox_env(python: str, deps: str = SANDBOX_DEPS) -> dict[str, str]:
