@@ -1,8 +1,8 @@
 """What a step's episodes say about the policy: the one computation of the per-step
 episode metrics. The rollout lane reports them as it writes a step; the trainer lane
 stores them in the step's row of the `steps` table (storage.schema.STEPS). Part of the
-lanes' contract beside engines/handoff.py and engines/staleness.py: both lanes import
-it, neither from the other's package."""
+lanes' contract beside engines/handoff.py: both lanes import it, neither from the
+other's package."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from typing import Any
 from prefect import flow
 
 from engines.env.corpus import TASKS_FILE, load_corpus
-from engines.staleness import check_bound
+from engines.handoff import check_bound
 from flows.artifacts import publish_step_artifacts, publish_summary
 from flows.build_tasks import build_tasks
 from flows.comparison import group_rows, heldout_comparison, heldout_groups

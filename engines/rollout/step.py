@@ -31,10 +31,10 @@ from engines.env.grader import GradingPool
 from engines.env.session import EnvSession, Tester
 from engines.env.types import GradeResult, Task
 from engines.env.workspace import Files
+from engines.handoff import check_episodes
 from engines.inference.agent import AgentLoop, EpisodeRequest
 from engines.inference.types import Episode
 from engines.rollout.records import episode_row, rollouts_table
-from engines.staleness import check_episodes
 from engines.step_metrics import graded_episodes, hack_rate, hack_rules
 
 log = logging.getLogger(__name__)

@@ -10,17 +10,16 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 import torch
 
 from engines.devices import visible_devices
+from engines.handoff import follow_versions
 from engines.lifetime import exit_with_parent
 from engines.trainer.config import TrainerConfig
 from engines.trainer.lane import LaneConfig
-from storage import checkpoints
 from storage.fs import open_store
 
 
@@ -82,14 +81,8 @@ def torchrun_lane(
         env=trainer_environment(cfg.trainer),
         preexec_fn=functools.partial(exit_with_parent, os.getpid(), signal.SIGTERM),
     )
-    store, seen = open_store(cfg.storage), -1
     try:
-        while proc.poll() is None:
-            latest = checkpoints.latest(store, cfg.run)
-            if latest is not None and latest.version > seen:
-                seen = latest.version
-                on_publish(seen)
-            time.sleep(1.0)
+        seen = follow_versions(open_store(cfg.storage), cfg.run, lambda: proc.poll() is None, on_publish)
     finally:
         os.unlink(f.name)
     if proc.returncode:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engines.staleness import StalenessError, check_episodes, min_version, version_to_use
+from engines.handoff import StalenessError, check_episodes, min_version, version_to_use
 
 
 def simulate(num_steps: int, k: int, train_durations: list[int], gen_durations: list[int]) -> list[int]:
