@@ -1,10 +1,15 @@
-"""The staleness bound holds for every schedule of trainer completions."""
+"""The lanes' contract (engines/handoff.py): the staleness bound holds for every schedule
+of trainer completions, and the version poll reports each newer version once."""
+
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engines.handoff import StalenessError, check_episodes, min_version, version_to_use
+from engines.handoff import StalenessError, check_episodes, follow_versions, min_version, version_to_use
+from storage import checkpoints
+from storage.fs import Store, open_store
 
 
 def simulate(num_steps: int, k: int, train_durations: list[int], gen_durations: list[int]) -> list[int]:
@@ -76,3 +81,29 @@ def test_check_episodes_rejects_old_turns():
 def test_negative_async_level_is_refused():
     with pytest.raises(ValueError, match="async_level"):
         min_version(1, -1)
+
+
+def _publish(store: Store, run: str, version: int) -> None:
+    weights = Path(checkpoints.weights_uri(store, run, version))
+    weights.mkdir(parents=True)
+    checkpoints.publish(store, run, version, version - 1, str(weights))
+
+
+def test_the_version_poll_reports_each_newer_version_once(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path))
+    published_before_each_poll = iter([None, 0, None, 1, 2, None])
+
+    def running() -> bool:
+        version = next(published_before_each_poll, "stopped")
+        if isinstance(version, int):
+            _publish(store, "r", version)
+        return version != "stopped"
+
+    seen: list[int] = []
+    assert follow_versions(store, "r", running, seen.append, poll_s=0) == 2
+    assert seen == [0, 1, 2]
+
+
+def test_the_version_poll_of_a_run_without_weights_sees_none(tmp_path: Path) -> None:
+    polls = iter([True, True, False])
+    assert follow_versions(open_store(str(tmp_path)), "r", lambda: next(polls), print, poll_s=0) == -1
