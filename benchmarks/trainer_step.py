@@ -6,7 +6,7 @@ demonstrations (its edit tool, feedback and failed attempts) through the tiny mo
 chat format, with routes and logprobs from the model itself and mixed rewards in every
 group (every group trains). One update = `rl_step` (pack, forward, loss head,
 backward, optimizer) + export of the weights + publish in a local lake, on one thread
-pinned to one core, as the lane runs beside the vLLM server (flows/lane_process.py).
+pinned to one core, as the lane runs beside the vLLM server (flows/trainer_lane.py).
 
 Two arms in one run, on the same episodes and initial weights, each in its own
 process: `ours` (this tree) and `baseline` (the code at `--baseline` checked out in a

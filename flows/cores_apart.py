@@ -1,6 +1,6 @@
 """The rollout lane's process kept off the trainer lane's cores.
 
-The trainer lane is pinned to the highest cores (flows/lane_process.py) and vLLM's
+The trainer lane is pinned to the highest cores (flows/trainer_lane.py) and vLLM's
 engine binds the lowest (engines/inference/launch.py), but the rest of the rollout
 side floated: this process (agent loop, tokenizer, Prefect client), vLLM's API
 server and the grading sandboxes it starts. On 2 cores they took about half of the

@@ -60,7 +60,7 @@ class ParentWatch:
 
 def parent_of_this_run() -> UUID | None:
     """The flow run this one is a child of (a deployment run submitted by a flow, or a
-    child run created by flows/prefect_child.py); None for a top-level run."""
+    child run created by flows/trainer_lane.py); None for a top-level run."""
     parent = flow_run.get_parent_flow_run_id()
     return UUID(str(parent)) if parent else None
 

@@ -29,7 +29,6 @@ from flows.comparison import group_rows, heldout_comparison, heldout_groups
 from flows.config import RunConfig
 from flows.cores_apart import cores_apart
 from flows.devices import planned
-from flows.lane_process import TrainerProcess
 from flows.lanes_apart import run_lanes_apart
 from flows.prefect_setup import ensure_limits
 from flows.provenance import start_record
@@ -37,6 +36,7 @@ from flows.resume import check_resume
 from flows.rollout_lane import evaluated_tasks, rollout_lane
 from flows.runtime import corpus_draw, trainer_lane_config, work_dir
 from flows.sft import warm_start
+from flows.trainer_lane import TrainerProcess
 from storage import runs
 from storage.fs import open_store
 from storage.query import connect

@@ -16,8 +16,7 @@ from engines.trainer.torchrun import trainer_environment
 from flows.config import RunConfig
 from flows.config_loader import ConfigError, load_config
 from flows.devices import DevicePlan, DevicePlanError, device_plan
-from flows.lane_process import TrainerProcess
-from flows.trainer_lane import check_inherited_devices
+from flows.trainer_lane import TrainerProcess, check_inherited_devices
 from tests.flows.test_recipes import CONFIGS, load_recipe
 
 pytestmark = pytest.mark.cluster

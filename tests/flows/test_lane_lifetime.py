@@ -28,7 +28,7 @@ OWNER = textwrap.dedent("""
     from pathlib import Path
     from engines.trainer.config import TrainerConfig
     from engines.trainer.lane import LaneConfig
-    from flows.lane_process import TrainerProcess
+    from flows.trainer_lane import TrainerProcess
     from flows.prefect_api import prefect_api
     from flows.prefect_setup import ensure_limits
 

@@ -22,9 +22,9 @@ def test_a_failing_trainer_lane_is_restarted_lanes_max_restarts_times_under_its_
     from prefect.runtime import flow_run
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.lane_process import TrainerProcess
     from flows.lanes_config import LanesConfig
     from flows.prefect_setup import ensure_limits
+    from flows.trainer_lane import TrainerProcess
     from tasks.limits import training_limit
 
     for key, value in prefect_server.items():  # the lane processes read the environment

@@ -63,9 +63,8 @@ _PARENT = textwrap.dedent("""
     from prefect import flow
     from prefect.concurrency.asyncio import concurrency
     from engines.trainer.lane import LaneConfig
-    from flows.prefect_child import create_child_run
     from flows.prefect_setup import ensure_limits
-    from flows.trainer_lane import trainer_lane
+    from flows.trainer_lane import create_child_run, trainer_lane
     from tasks.limits import SLOT_LEASE_S, run_limit
 
     work, model = Path(sys.argv[1]), sys.argv[2]
