@@ -14,7 +14,8 @@ the lake, and nothing else (engines/rollout/lane.py and engines/trainer/lane.py 
 - A process that starts the trainer's ranks follows the versions they publish
   (`follow_versions`).
 - Each lane keeps local files of a run (server logs, trainer state, copied weights) in
-  the run's work folder, `work_dir`.
+  the run's work folder, `work_dir`; `RunContext` holds it with the lake and the run's
+  name, built once at a process's entry and passed down.
 
 Both waits poll the lake (local or s3://) and give up after a timeout whose message
 says which lane to look at. The bound's tests, the first property-based over
@@ -33,15 +34,17 @@ from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from storage import checkpoints, shards
-from storage.fs import Store
+from storage.config import StorageConfig
+from storage.fs import Store, open_store
 
 COMPLETE_SHARD = "final"  # the shard that completes a step for the trainer lane
 Completion = Literal["final_shard", "any_shard"]  # any_shard: for writers of exactly one shard per step
 
 
-# -- the staleness bound ------------------------------------------------------------
+# -- the staleness bound ---------------------------------------------------------------
 
 
 class StalenessError(RuntimeError):
@@ -81,7 +84,7 @@ def check_bound(staleness: int, async_level: int, what: str = "stored episodes a
     return staleness
 
 
-# -- the work folder --------------------------------------------------------------
+# -- the work folder and the run context -----------------------------------------------
 
 
 def work_dir(root: str, run: str) -> Path:
@@ -99,7 +102,39 @@ def lake_folder(root: str) -> str:
     return f"{readable}-{hashlib.sha256(root.rstrip('/').encode()).hexdigest()[:8]}"
 
 
-# -- rollouts: the rollout lane publishes a step, the trainer waits for it -----------
+class RunContext(BaseModel):
+    """A run as a process sees it: the lake (`store`), the run's name and its work folder.
+    Built once at the process's entry (`RunContext.open`) and passed down, so no flow
+    opens the lake or finds the work folder again.
+
+    A model rather than a dataclass because flows take it as a parameter and Prefect
+    records a flow's parameters: what it records is the settings that rebuild the
+    context (storage, run, work), never the open filesystem."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    storage: StorageConfig
+    run: str
+    work: Path
+    _store: Store | None = PrivateAttr(None)
+
+    @classmethod
+    def open(cls, storage: StorageConfig, run: str, store: Store | None = None) -> RunContext:
+        """Run `run` in the lake of `storage` (`store`: that lake already open), its work folder made."""
+        work = work_dir(storage.root, run)
+        work.mkdir(parents=True, exist_ok=True)
+        context = cls(storage=storage, run=run, work=work)
+        context._store = store
+        return context
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:  # a context rebuilt from its record opens its lake once
+            self._store = open_store(self.storage)
+        return self._store
+
+
+# -- rollouts: the rollout lane publishes a step, the trainer waits for it -------------
 
 
 def publish_step(store: Store, run: str, step: int, table: pa.Table) -> str:
@@ -126,7 +161,7 @@ def wait_for_step(store: Store, run: str, step: int, completion: Completion, pol
         time.sleep(poll_s)
 
 
-# -- weights: the trainer publishes versions, the rollout lane waits for one ---------
+# -- weights: the trainer publishes versions, the rollout lane waits for one -----------
 
 
 def newest_version(store: Store, run: str) -> int | None:

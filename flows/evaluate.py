@@ -24,12 +24,13 @@ from prefect import flow
 from prefect.artifacts import acreate_table_artifact
 
 from engines.env.corpus import load_corpus
+from engines.handoff import RunContext
 from flows.artifacts import slug
 from flows.config import RunConfig, RunEnvConfig, RunInferenceConfig
 from flows.config_loader import _model_of
 from flows.replay_source import require_weights, resolve_run
 from flows.rollout_lane import evaluated_tasks
-from flows.runtime import open_rollout_lane, work_dir
+from flows.runtime import open_rollout_lane
 from storage import runs
 from storage.atomic import write_bytes_atomic
 from storage.fs import Store, open_store
@@ -53,11 +54,12 @@ async def evaluate(config: RunConfig = RunConfig(), corpus_dir: str | None = Non
     config = with_stored_settings(config, stored_config(store, config.run))
     weights = require_weights(store, config.run)
     say(f"[eval] run {config.run}: version {weights.version} ({weights.uri})")
-    corpus = corpus_dir or _recorded_corpus(store, config)
+    context = RunContext.open(config.storage, config.run, store)  # the evaluated run's lake and work folder
+    corpus = corpus_dir or _recorded_corpus(context, config)
     heldout = evaluated_tasks(load_corpus(corpus), config.eval.tasks)
     if not heldout:
         raise ValueError(f"corpus_dir: {corpus} has no held-out tasks; give the corpus run {config.run!r} used")
-    async with open_rollout_lane(config, store, [], heldout) as lane:
+    async with open_rollout_lane(config, context, [], heldout) as lane:
         result = await evaluate_policy(lane, config.eval.samples, "evaluate")
     write_bytes_atomic(store, f"{config.run}/evals/version={result['version']}.json", json.dumps(result).encode())
     shown = {k: v for k, v in result.items() if k != "solved"}  # the solved task ids stay in the stored JSON
@@ -191,8 +193,8 @@ def _deep_update(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _recorded_corpus(store, config: RunConfig) -> str:
+def _recorded_corpus(context: RunContext, config: RunConfig) -> str:
     """The corpus directory the run's newest start recorded (a corpus run's own draw, its
     statements carrying the run's hint), else `tasks.corpus_path`, else the run's work folder's."""
-    start = runs.latest_start(store, config.run) or {}
-    return start.get("corpus_path") or config.tasks.corpus_path or str(work_dir(config) / "corpus")
+    start = runs.latest_start(context.store, config.run) or {}
+    return start.get("corpus_path") or config.tasks.corpus_path or str(context.work / "corpus")

@@ -29,15 +29,15 @@ from prefect.client.schemas.objects import State
 from prefect.deployments import run_deployment
 from prefect.states import Cancelling
 
+from engines.handoff import RunContext
 from engines.trainer.lane import LaneConfig
 from flows.config import RunConfig
 from flows.devices import planned
 from flows.lanes_config import LanesConfig
 from flows.parent_watch import ends_with_parent
 from flows.rollout_lane import rollout_lane
-from flows.runtime import corpus_draw, trainer_lane_config, work_dir
+from flows.runtime import corpus_draw, trainer_lane_config
 from storage.atomic import write_bytes_atomic
-from storage.fs import open_store
 from tasks.corpus import draw_corpus, generate_micro_corpus
 from tasks.limits import run_limit
 from tasks.progress import say
@@ -54,32 +54,32 @@ async def rollout_host(config: RunConfig) -> None:
     """The rollout lane on a machine of its own: the corpus prepared here, the servers on
     this machine's GPUs (the device plan), the result into the lake."""
     config = planned(config)
-    store = open_store(config.storage)
+    context = RunContext.open(config.storage, config.run)  # this process's lake and work folder
     with ends_with_parent(config.run):  # no process links it to its run: it watches the run's state
-        result = await rollout_lane(config, host_corpus(config))
-    write_bytes_atomic(store, result_path(config.run), json.dumps(result).encode())
+        result = await rollout_lane(config, host_corpus(config, context), context)
+    write_bytes_atomic(context.store, result_path(config.run), json.dumps(result).encode())
 
 
-def host_corpus(config: RunConfig) -> str:
+def host_corpus(config: RunConfig, context: RunContext) -> str:
     """This machine's copy of the run's tasks: the micro corpus generated from its seed,
     or the run's draw from the built corpus at `tasks.corpus_path` (which must exist on
     every rollout host)."""
     t = config.tasks
-    corpus = str(work_dir(config) / "corpus")
+    corpus = str(context.work / "corpus")
     if t.kind == "corpus":
         return draw_corpus(t.corpus_path, corpus, corpus_draw(config))
     generate_micro_corpus(corpus, t.train_tasks, t.heldout_tasks, t.seed)
     return corpus
 
 
-async def run_lanes_apart(config: RunConfig, model_dir: str) -> dict[str, Any]:
+async def run_lanes_apart(config: RunConfig, context: RunContext, model_dir: str) -> dict[str, Any]:
     """Both lanes as deployments until both complete; returns the rollout lane's result."""
     trainer = trainer_lane_config(config, model_dir)  # its state in the trainer machine's folder and the lake
     # The lanes end when this flow's lease lapses (flows/parent_watch.py): a killed
     # process, which no worker may report, leaves no lane behind.
     async with held_slot(run_limit(config.run)):
         await _both_lanes(config, trainer)
-    store = open_store(config.storage)
+    store = context.store
     result = store.path(result_path(config.run))
     return json.loads(store.call(f"read {result_path(config.run)}", lambda: store.fs.cat_file(result)))
 

@@ -22,7 +22,7 @@ from typing import Any
 from prefect import flow
 
 from engines.env.corpus import TASKS_FILE, load_corpus
-from engines.handoff import check_bound
+from engines.handoff import RunContext, check_bound
 from flows.artifacts import publish_step_artifacts, publish_summary
 from flows.build_tasks import build_tasks
 from flows.comparison import group_rows, heldout_comparison, heldout_groups
@@ -34,11 +34,10 @@ from flows.prefect_setup import ensure_limits
 from flows.provenance import start_record
 from flows.resume import check_resume
 from flows.rollout_lane import evaluated_tasks, rollout_lane
-from flows.runtime import corpus_draw, trainer_lane_config, work_dir
+from flows.runtime import corpus_draw, trainer_lane_config
 from flows.sft import warm_start
 from flows.trainer_lane import TrainerProcess
 from storage import runs
-from storage.fs import open_store
 from storage.query import connect
 from tasks.corpus import prepare_micro_corpus, use_corpus
 
@@ -47,27 +46,26 @@ from tasks.corpus import prepare_micro_corpus, use_corpus
 async def rl(config: RunConfig = RunConfig()) -> dict[str, Any]:
     started = time.monotonic()
     ensure_limits(config.run)  # a limit that does not exist would be skipped with only a warning
-    store = open_store(config.storage)
-    for change in check_resume(store, config.run, config, config.allow_config_change):
+    context = RunContext.open(config.storage, config.run)  # this process's lake and work folder
+    for change in check_resume(context.store, config.run, config, config.allow_config_change):
         print(f"[tandem] resuming {config.run} with a changed configuration: {change}")
-    work = work_dir(config)
-    corpus = _prepare_tasks(config, store, str(work / "corpus"))
-    runs.record_start(store, config.run, start_record(config, "rl", corpus))
+    corpus = _prepare_tasks(config, context)
+    runs.record_start(context.store, config.run, start_record(config, "rl", corpus))
     v0 = warm_start(config, corpus)
     if config.lanes.deployed:
-        evals = await run_lanes_apart(config, v0)
+        evals = await run_lanes_apart(config, context, v0)
     else:
-        evals = await _lanes_here(config, corpus, v0)
-    summary = await _summarize(config, store, evals, time.monotonic() - started, corpus)
+        evals = await _lanes_here(config, context, corpus, v0)
+    summary = await _summarize(config, context.store, evals, time.monotonic() - started, corpus)
     return summary
 
 
-async def _lanes_here(config: RunConfig, corpus: str, v0: str) -> dict[str, Any]:
+async def _lanes_here(config: RunConfig, context: RunContext, corpus: str, v0: str) -> dict[str, Any]:
     """The rollout lane in this process, the trainer lane in a supervised child process
     (a child flow run of this one, started again up to `lanes.max_restarts` times), each
     on its GPUs of this node (the device plan)."""
     config = planned(config)
-    work = work_dir(config)
+    work = context.work
     trainer = TrainerProcess(
         trainer_lane_config(config, v0, work / "trainer_state"),
         work / "trainer_lane.json",
@@ -75,7 +73,7 @@ async def _lanes_here(config: RunConfig, corpus: str, v0: str) -> dict[str, Any]
         metrics=config.metrics,
     )
     with cores_apart(trainer.cores):  # the rollout side (and the servers it starts) off the trainer's cores
-        lanes = [asyncio.create_task(rollout_lane(config, corpus)), asyncio.create_task(trainer.run())]
+        lanes = [asyncio.create_task(rollout_lane(config, corpus, context)), asyncio.create_task(trainer.run())]
         try:
             done, _ = await asyncio.wait(lanes, return_when=asyncio.FIRST_EXCEPTION)
             for t in done:
@@ -88,8 +86,8 @@ async def _lanes_here(config: RunConfig, corpus: str, v0: str) -> dict[str, Any]
     return lanes[0].result()
 
 
-def _prepare_tasks(config: RunConfig, store, corpus_dir: str) -> str:
-    t = config.tasks
+def _prepare_tasks(config: RunConfig, context: RunContext) -> str:
+    t, store, corpus_dir = config.tasks, context.store, str(context.work / "corpus")
     if t.kind == "corpus" and t.build is not None and not (Path(t.corpus_path) / TASKS_FILE).is_file():
         build_tasks(t.corpus_path, t.build.build_config(config.env))  # resumable and cached by content
     if t.kind == "corpus":

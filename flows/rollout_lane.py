@@ -16,14 +16,15 @@ from prefect import flow
 
 from engines.env.corpus import load_corpus
 from engines.env.types import Task
+from engines.handoff import RunContext
 from engines.rollout.lane import RolloutLane
 from flows.artifacts import publish_step_artifacts
 from flows.config import RunConfig
 from flows.metrics import MetricsSink
-from flows.runtime import open_rollout_lane, work_dir
+from flows.runtime import open_rollout_lane
 from flows.sinks import metrics_sink
 from storage.atomic import write_bytes_atomic
-from storage.fs import Store, open_store
+from storage.fs import Store
 from tasks.limits import rollout_limit
 from tasks.progress import say
 from tasks.rollout import evaluate_policy, load_final_policy, retain_weights, rollout_step
@@ -36,8 +37,8 @@ def evaluated_tasks(tasks: list[Task], count: int) -> list[Task]:
 
 
 @flow(name="rollout-lane", log_prints=True)
-async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
-    store = open_store(config.storage)
+async def rollout_lane(config: RunConfig, corpus_dir: str, context: RunContext) -> dict[str, Any]:
+    """`context`: the run's lake and work folder, as the process that runs the lane opened them."""
     tasks = load_corpus(corpus_dir)
     train = [t for t in tasks if t.split == "train"]
     heldout = evaluated_tasks(tasks, config.eval.tasks)
@@ -45,9 +46,9 @@ async def rollout_lane(config: RunConfig, corpus_dir: str) -> dict[str, Any]:
     # 2 s each time on Prefect's slot accounting).
     async with (
         held_slot(rollout_limit(config.run)),
-        open_rollout_lane(config, store, train, heldout) as lane,
+        open_rollout_lane(config, context, train, heldout) as lane,
     ):
-        sink = metrics_sink(config.metrics, "rollout", config.run, work_dir(config), config.model_dump(mode="json"))
+        sink = metrics_sink(config.metrics, "rollout", config.run, context.work, config.model_dump(mode="json"))
         try:
             before = await _evaluation(lane, config, "before", 0, sink)
             loop_start, cpu_start = time.monotonic(), psutil.cpu_times()

@@ -8,9 +8,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from engines import handoff
 from engines.env.grader import GradingPool
 from engines.env.types import Task
+from engines.handoff import RunContext
 from engines.inference.agent import AgentLoop
 from engines.inference.server_pool import ServerPool
 from engines.model.chat_format import ChatFormat
@@ -22,27 +22,20 @@ from engines.tool_calls import TOOL_SCHEMAS
 from engines.trainer.lane import LaneConfig
 from flows.config import RunConfig
 from storage import checkpoints
-from storage.fs import Store
 from tasks.corpus import CorpusDraw
 
 
 def work_dir(config: RunConfig) -> Path:
     """Local files of a run (corpus, server logs, trainer state, trackers' files): inside
-    the run when the lake is local, in the cache when it is on S3."""
-    return run_work_dir(config.storage.root, config.run)
+    the run when the lake is local, in the cache when it is on S3. A flow holding the
+    run's `RunContext` has it there (`context.work`)."""
+    return RunContext.open(config.storage, config.run).work
 
 
 def corpus_draw(config: RunConfig) -> CorpusDraw:
     """What the run takes from a built corpus: tasks.train_tasks, heldout_tasks, seed, hint and eval.tasks."""
     t = config.tasks
     return CorpusDraw(t.train_tasks, t.heldout_tasks, t.seed, t.hint, config.eval.tasks)
-
-
-def run_work_dir(root: str, run: str) -> Path:
-    """work_dir for a lake root and run name (the trainer lane has no RunConfig)."""
-    path = handoff.work_dir(root, run)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def trainer_lane_config(config: RunConfig, model_dir: str, state_dir: Path | None = None) -> LaneConfig:
@@ -71,16 +64,18 @@ def rollout_settings(config: RunConfig) -> RolloutSettings:
 
 @contextlib.asynccontextmanager
 async def open_rollout_lane(
-    config: RunConfig, store: Store, train_tasks: list[Task], heldout: list[Task]
+    config: RunConfig, context: RunContext, train_tasks: list[Task], heldout: list[Task]
 ) -> AsyncIterator[RolloutLane]:
-    """The rollout lane: server pool on the newest published weights, agents, grading pool."""
+    """The rollout lane of the run in `context`: server pool on the newest published
+    weights, agents, grading pool."""
+    store = context.store
     latest = checkpoints.latest(store, config.run)
     if latest is None:
         raise RuntimeError(f"run {config.run!r} has no published weights: warm-start it first (the rl flow does)")
-    cache = WeightCache(store, work_dir(config) / "weights", config.inference.weight_cache_versions)
+    cache = WeightCache(store, context.work / "weights", config.inference.weight_cache_versions)
     weights = str(await asyncio.to_thread(cache.local_dir, latest.uri, latest.version, {latest.version}))
     inference = config.inference.model_copy(
-        update={"model_dir": weights, "log_dir": config.inference.log_dir or str(work_dir(config) / "vllm-logs")}
+        update={"model_dir": weights, "log_dir": config.inference.log_dir or str(context.work / "vllm-logs")}
     )
     greedy_cfg = inference.model_copy(update={"sampling": inference.sampling.model_copy(update={"temperature": 0.0})})
     tokenizer = load_tokenizer(weights)

@@ -1,5 +1,6 @@
 """The lanes' contract (engines/handoff.py): the staleness bound holds for every schedule
-of trainer completions, and the version poll reports each newer version once."""
+of trainer completions, the version poll reports each newer version once, and a run's
+context is its lake, its name and its work folder."""
 
 from pathlib import Path
 
@@ -7,8 +8,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engines.handoff import StalenessError, check_episodes, follow_versions, min_version, version_to_use
+from engines.handoff import (
+    RunContext,
+    StalenessError,
+    check_episodes,
+    follow_versions,
+    min_version,
+    version_to_use,
+    work_dir,
+)
 from storage import checkpoints
+from storage.config import StorageConfig
 from storage.fs import Store, open_store
 
 
@@ -107,3 +117,15 @@ def test_the_version_poll_reports_each_newer_version_once(tmp_path: Path) -> Non
 def test_the_version_poll_of_a_run_without_weights_sees_none(tmp_path: Path) -> None:
     polls = iter([True, True, False])
     assert follow_versions(open_store(str(tmp_path)), "r", lambda: next(polls), print, poll_s=0) == -1
+
+
+def test_a_run_context_makes_its_work_folder_and_records_settings_not_the_open_lake(tmp_path: Path) -> None:
+    storage = StorageConfig(root=str(tmp_path / "lake"))
+    store = open_store(storage)
+    context = RunContext.open(storage, "r", store)
+    assert context.work == work_dir(storage.root, "r") and context.work.is_dir()
+    assert context.store is store  # the lake the process opened, not a second one
+    record = context.model_dump(mode="json")
+    assert set(record) == {"storage", "run", "work"}
+    rebuilt = RunContext.model_validate(record)
+    assert rebuilt.model_dump() == context.model_dump() and rebuilt.store == store  # reopened from its record

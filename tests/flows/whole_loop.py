@@ -133,6 +133,7 @@ def warm_start(config: Any, train: list) -> Path:
 
 
 async def _loop(config: Any, store: Any, train: list) -> list[dict[str, Any]]:
+    from engines.handoff import RunContext
     from engines.trainer.lane import LaneConfig, TrainerLane
     from flows.runtime import open_rollout_lane
     from storage import checkpoints
@@ -149,7 +150,8 @@ async def _loop(config: Any, store: Any, train: list) -> list[dict[str, Any]]:
     )
     curve = []
     try:
-        async with open_rollout_lane(config, store, train, []) as rollout:
+        context = RunContext.open(config.storage, config.run, store)
+        async with open_rollout_lane(config, context, train, []) as rollout:
             for step in range(config.rl.steps):
                 rolled = await rollout.roll_out(step)
                 trainer.wait_for_rollouts(step)
