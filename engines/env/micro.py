@@ -24,30 +24,15 @@ from typing import Literal
 
 from engines.env.edit_spans import short_span, with_leading_space
 from engines.env.parse import parse_module
+from engines.env.plain_runner import PLAIN_TEST_CMD
 from engines.env.types import Split, Task
+from engines.env.views import numbered
 from engines.env.workspace import tree_hash, unified_diff
 from engines.protocol import Action
 
 MODULE = "m.py"
 TEST_MODULE = "test_m.py"
-# Plain-assert tests need none of pytest's doctest, junitxml, unittest, pdb, tmpdir or
-# step-wise plugins; leaving them unregistered makes each graded run about 20% faster.
-_UNUSED_PLUGINS = (
-    "doctest",
-    "junitxml",
-    "pastebin",
-    "legacypath",
-    "tmpdir",
-    "stepwise",
-    "setuponly",
-    "setupplan",
-    "subtests",
-    "unittest",
-    "debugging",
-)
-TEST_CMD = " ".join(
-    ["python -m pytest -rA -q -p no:cacheprovider", *(f"-p no:{p}" for p in _UNUSED_PLUGINS), "-o addopts= --tb=line"]
-)
+TEST_CMD = PLAIN_TEST_CMD  # plain `def test_*` functions: the plain runner can call them directly
 LOG_PARSER = "parse_log_pytest"
 _NAMES = [
     "area",
@@ -69,11 +54,6 @@ _NAMES = [
 ]
 _CASES_PER_FUNCTION = 2
 _MAX_LINES = 16  # module size bound (lines): keeps the whole oracle episode near 150 tokens
-
-
-def numbered(text: str, start: int = 1) -> str:
-    """`N code` lines: the format of the prompt and of the `view` tool."""
-    return "\n".join(f"{i} {line}" for i, line in enumerate(text.splitlines(), start))
 
 
 # ---- program generation -------------------------------------------------------------

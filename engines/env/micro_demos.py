@@ -39,8 +39,9 @@ from engines.env.micro import (
     plausible_edits,
     run_module,
 )
-from engines.env.session import EnvSession, function_view
+from engines.env.session import EnvSession
 from engines.env.types import Task
+from engines.env.views import function_view
 from engines.protocol import Action, render_action
 
 

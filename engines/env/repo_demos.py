@@ -34,8 +34,8 @@ from engines.env.feedback import all_passed, attempt_observation, undo_observati
 from engines.env.grader import GradingPool
 from engines.env.mutations import Mutation, mutations
 from engines.env.scopes import Definition, innermost, resolve
-from engines.env.session import function_view, page
 from engines.env.types import Task
+from engines.env.views import function_view, page
 from engines.env.workspace import apply_to_files, base_files, unified_diff
 from engines.protocol import Action, render_action
 

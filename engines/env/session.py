@@ -31,36 +31,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engines.env.config import EnvConfig
-from engines.env.edits import EditError, apply_edit, function_lines
+from engines.env.edits import EditError, apply_edit
 from engines.env.feedback import all_passed, attempt_observation, edit_echo, test_summary, undo_observation
 from engines.env.grader import node_args
-from engines.env.micro import numbered
 from engines.env.report import frame_log, parse_statuses, report_from_log
 from engines.env.sandbox import Runner, make_runner
 from engines.env.session_tree import SessionTree
 from engines.env.types import GradeResult, StepResult, Task
+from engines.env.views import function_view, page
 from engines.env.workspace import base_files
 from engines.protocol import EDIT_TOOLS, Action, InvalidAction, parse_action
-
-
-def page(path: str, lines: list[str], first: int, last: int, page_lines: int, what: str = "") -> str:
-    """Numbered lines `first`..`last` (1-based) of `lines`, at most `page_lines` of them; a cut
-    is stated with the range to view next. `what` names the span (a function) in that note."""
-    end = min(last, first + page_lines - 1)
-    shown = numbered("\n".join(lines[first - 1 : end]), first)
-    if end >= last:
-        return shown
-    span = f"{what}, lines {first}-{last}" if what else f"{len(lines)} lines"
-    return f"{shown}\n[showing lines {first}-{end} of {span}; view {path} {end + 1}-{min(last, end + page_lines)} shows more]"
-
-
-def function_view(path: str, lines: list[str], name: str, page_lines: int = 60) -> str:
-    """What `view PATH NAME` shows: the numbered lines of the one function or class `name`
-    (`Class.method`), its first page when it is longer than `page_lines`."""
-    span = function_lines(lines, name)
-    if isinstance(span, str):
-        return f"error: {path}: {span}"
-    return page(path, lines, span[0], span[1], page_lines, what=name)
 
 
 class TestsUnavailable(RuntimeError):

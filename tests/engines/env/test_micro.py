@@ -198,7 +198,7 @@ def test_a_spaced_change_copies_the_tokens_of_the_function_view():
     """OLD on a line of its own: without its leading space its first token is another
     BPE token than the view shows (" +" there, "+" here); spaced_change keeps the space."""
     from engines.env.micro import named_function
-    from engines.env.session import function_view
+    from engines.env.views import function_view
     from engines.model.tokenizer import train_tokenizer
 
     tasks = generate_micro_tasks(120, seed=17)
