@@ -4,8 +4,8 @@ imports. The vLLM worker extension is left out: it runs inside the vLLM server's
 environment, where vLLM is installed, and its tests start such a server.
 
 The whole source's import graph keeps its rules (tests/import_graph.py): no circle
-anywhere, flows -> tasks -> engines -> storage, no trainer -> rollout engine, no
-generic env module -> the micro task family. The breaches that stand today are listed
+anywhere, flows -> tasks -> engines -> storage, no trainer lane -> rollout lane at any
+layer (nor through a chain of imports), no generic env module -> the micro task family. The breaches that stand today are listed
 by name below, so a new one fails and the list only shrinks."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.import_graph import Breach, breaches, circles, import_graph
+from tests.import_graph import ROLLOUT_LANE, TRAINER_LANE, Breach, breaches, circles, import_graph, in_lane, reached
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("flows", "tasks", "engines", "storage")
@@ -86,6 +86,9 @@ def test_the_layering_has_no_new_breach() -> None:
         ("storage.shards", "engines.handoff"),
         ("flows.rl", "benchmarks.learning"),
         ("engines.trainer.lane", "engines.rollout.metrics"),
+        ("tasks.trainer", "tasks.rollout"),
+        ("flows.trainer_lane", "flows.rollout_lane"),
+        ("flows.trainer_ranks", "engines.rollout.step"),
         ("engines.env.grader", "engines.env.micro_demos"),
     ],
 )
@@ -113,3 +116,17 @@ def test_a_circle_across_packages_fails() -> None:
         "tasks.progress": {"flows.metrics"},
     }
     assert circles(graph) == [["flows.metrics", "flows.trackers", "tasks.progress"]]
+
+
+def test_the_trainer_lane_reaches_no_rollout_lane_module_through_any_import_chain() -> None:
+    graph = import_graph()
+    lane = [m for m in graph if in_lane(m, TRAINER_LANE)]
+    assert {"flows.trainer_lane", "tasks.trainer", "engines.trainer.lane"} <= set(lane)
+    found = {m: sorted(r for r in reached(graph, m) if in_lane(r, ROLLOUT_LANE)) for m in lane}
+    assert not {m: r for m, r in found.items() if r}, "the trainer lane reaches the rollout lane"
+
+
+def test_an_import_chain_is_followed_to_its_end() -> None:
+    graph = {"flows.trainer_lane": {"flows.metrics"}, "flows.metrics": {"engines.rollout.records"}}
+    assert reached(graph, "flows.trainer_lane") == {"flows.metrics", "engines.rollout.records"}
+    assert in_lane("engines.rollout.records", ROLLOUT_LANE) and not in_lane("flows.metrics", ROLLOUT_LANE)
