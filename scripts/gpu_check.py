@@ -933,7 +933,11 @@ def results_path(day: str, device: str) -> Path:
 def run_all(out: Path | None) -> int:
     """Every check of ALL_CHECKS on this node into one results file, rewritten after each
     check (a run stopped midway keeps what it finished); 1 when a check failed."""
-    node = Node(torch.cuda.device_count(), Path(tempfile.mkdtemp(prefix="gpu-check-all-")))
+    with tempfile.TemporaryDirectory(prefix="gpu-check-all-") as work:
+        return _run_all(Node(torch.cuda.device_count(), Path(work)), out)
+
+
+def _run_all(node: Node, out: Path | None) -> int:
     record: dict[str, Any] = {
         "date": datetime.date.today().isoformat(),
         "device": device_name(),
