@@ -455,6 +455,8 @@ class RunConfig(BaseModel):
                 f"({sampled_at}): the RL loss compares the trainer's logprobs with the sampler's, so set both to the same value"
             )
         self._check_devices()
+        if not path and (why := self.trainer.sft_unsupported()) is not None:
+            raise ValueError(f"{why}, or set model.path (with it unset the run warm-starts the tiny model by SFT)")
         needed = self.rl.async_level + 1
         if self.retention.keep_last is not None and self.retention.keep_last < needed:
             raise ValueError(

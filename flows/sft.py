@@ -6,8 +6,10 @@ Qwen3-MoE is created (tokenizer trained on the demonstrations) and fine-tuned on
 the oracle episodes of the training tasks, so RL starts from a policy that
 sometimes succeeds. That warm start is cached by a hash of everything that makes it
 (engines/trainer/warm_start_cache.py): a run whose inputs were seen before copies it
-instead of training (`trainer.sft.cache = false` always trains). Idempotent: a run
-that already has version 0 reuses it.
+instead of training (`trainer.sft.cache = false` always trains). SFT trains as the
+trainer lane would (engines/trainer/sft.py): `trainer.processes` ranks, its parallelism
+and precision, on the GPUs the device plan gives the trainer. Idempotent: a run that
+already has version 0 reuses it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from engines.trainer.warm_start_cache import (
     warm_start_key,
 )
 from flows.config import RunConfig
+from flows.devices import device_plan, node_gpus
 from flows.runtime import work_dir
 from storage import checkpoints
 from storage.errors import NotFoundError
@@ -61,6 +64,8 @@ def warm_start(config: RunConfig, corpus_dir: str) -> str:
             uri = checkpoints.weights_uri(store, config.run, 0)
             return publish(store, config.run, 0, -1, copy_warm_start(Path(local), store, uri))
         return publish(store, config.run, 0, -1, local)
+    # SFT trains through the trainer's path: its ranks on the GPUs the device plan gives the trainer.
+    config = device_plan(config, node_gpus()).apply(config)
     train = [t for t in load_corpus(corpus_dir) if t.split == "train"]
     uri = checkpoints.weights_uri(store, config.run, 0)
     if config.trainer.sft.cache:

@@ -6,8 +6,10 @@ and evaluate a run's newest weights on held-out tasks.
 
 `tandem sft` takes the TrainerConfig keys SFT reads as overrides (`--sft.lr`,
 `--sft.max_steps`, `--seq_len`, `--export_format bf16`; engines/trainer/config.py
-SFTCommandConfig) and refuses the RL-only ones by name; `tandem eval` takes the same
-configuration as `tandem run` (see `tandem run --help`).
+SFTCommandConfig) and refuses the RL-only ones by name. It trains through the RL
+trainer's path: `--processes 2 --parallelism fsdp2` runs two ranks under torchrun with
+the model sharded, `--mixed_precision bf16` and `--devices` as for the trainer lane;
+`tandem eval` takes the same configuration as `tandem run` (see `tandem run --help`).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def sft_command(
     ] = "auto",
 ) -> None:
     """Supervised fine-tuning of a given model on your demonstrations; extra `--key value` pairs set the trainer
-    keys SFT reads (`--sft.lr`, `--sft.max_steps`, `--seq_len`, ...)."""
+    keys SFT reads (`--sft.lr`, `--sft.max_steps`, `--seq_len`, `--processes`, `--parallelism`, ...)."""
     from engines.model.hub import resolve_model
     from engines.tool_calls import chat_templates, template_tool_format
     from engines.tool_formats import TOOL_FORMATS

@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from engines.trainer.warm_start_cache import SFT_TRAINER_FIELDS
+from engines.trainer.warm_start_cache import SFT_PLACEMENT_FIELDS, SFT_TRAINER_FIELDS
 
 
 class SFTConfig(BaseModel):
@@ -220,6 +220,21 @@ class TrainerConfig(BaseModel):
             self._check_devices(self.devices)
         return self
 
+    def sft_unsupported(self) -> str | None:
+        """Why supervised fine-tuning cannot honour these settings, naming the field and the
+        fix (None: it can). SFT starts its ranks on this machine and trains whole rows."""
+        if self.nodes > 1:
+            return (
+                f"trainer.nodes = {self.nodes}: SFT starts its trainer.processes ranks on this machine; "
+                "set trainer.nodes = 1 for it"
+            )
+        if self.context_parallel_size > 1:
+            return (
+                f"trainer.context_parallel_size = {self.context_parallel_size}: SFT gives each rank whole rows; "
+                "set it to 1 (parallelism = 'fsdp2' shards the model instead)"
+            )
+        return None
+
     def _check_devices(self, devices: list[int]) -> None:
         if any(d < 0 for d in devices) or len(set(devices)) < len(devices):
             raise ValueError(f"devices {devices}: list GPU indices of this node (0, 1, ...), each once")
@@ -284,15 +299,22 @@ class TrainerConfig(BaseModel):
 
 # Where the `tandem sft` settings of RL-only keys live instead.
 _SFT_INSTEAD = {"lr": "sft.lr", "warmup_steps": "sft.warmup_steps"}
+# The trainer settings `tandem sft` reads besides sft.*: those that make its weights and where its ranks run.
+SFT_COMMAND_FIELDS = (*SFT_TRAINER_FIELDS, *SFT_PLACEMENT_FIELDS)
+# Keys of the trainer's own path that SFT cannot honour (TrainerConfig.sft_unsupported).
+_SFT_CANNOT = {
+    "nodes": "its ranks all run on this machine",
+    "node_rank": "its ranks all run on this machine",
+    "rendezvous": "its ranks all run on this machine",
+    "context_parallel_size": "each rank trains whole rows; parallelism = 'fsdp2' shards the model",
+}
 
 
 def _refusal(key: str) -> str:
     instead = _SFT_INSTEAD.get(key)
     fix = f"use {instead}" if instead else "remove it"
-    return (
-        f"tandem sft does not read {key} (it configures RL steps or the trainer lane; SFT reads "
-        f"{', '.join(SFT_TRAINER_FIELDS)} and sft.*): {fix}"
-    )
+    why = _SFT_CANNOT.get(key, "it configures RL steps or the trainer lane")
+    return f"tandem sft does not read {key} ({why}; SFT reads {', '.join(SFT_COMMAND_FIELDS)} and sft.*): {fix}"
 
 
 class _SFTCommand(BaseModel):
@@ -300,7 +322,7 @@ class _SFTCommand(BaseModel):
 
     # TrainerConfig's other fields, refused by name with the reason (flows/config_loader.py reads it).
     refused_keys: ClassVar[dict[str, str]] = {
-        k: _refusal(k) for k in TrainerConfig.model_fields if k not in (*SFT_TRAINER_FIELDS, "sft")
+        k: _refusal(k) for k in TrainerConfig.model_fields if k not in (*SFT_COMMAND_FIELDS, "sft")
     }
 
     def trainer(self) -> TrainerConfig:
@@ -314,10 +336,11 @@ SFTCommandConfig = create_model(
     "SFTCommandConfig",
     __base__=_SFTCommand,
     __module__=__name__,
-    __doc__="The trainer settings `tandem sft` reads: its optimizer, rows, seed and export, and the SFT section.",
+    __doc__="The trainer settings `tandem sft` reads: its optimizer, rows, seed, ranks, parallelism, precision, "
+    "devices and export, and the SFT section.",
     **{
         k: (f.annotation, copy.deepcopy(f))
         for k, f in TrainerConfig.model_fields.items()
-        if k in (*SFT_TRAINER_FIELDS, "sft")
+        if k in (*SFT_COMMAND_FIELDS, "sft")
     },
 )

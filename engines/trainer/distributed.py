@@ -42,17 +42,22 @@ def make_accelerator(mixed_precision: str = "fp32", parallelism: str = "ddp") ->
 
 
 def make_trainee(
-    model: nn.Module, cfg: TrainerConfig, accelerator: Accelerator, model_dir: str | Path | None = None
+    model: nn.Module,
+    cfg: TrainerConfig,
+    accelerator: Accelerator,
+    model_dir: str | Path | None = None,
+    decay_steps: int | None = None,
 ) -> Trainee:
     """The Trainee for `cfg.parallelism` (every rank calls this). A model on the meta
-    device (`load_model`'s under fsdp2) is filled from `model_dir` once sharded."""
+    device (`load_model`'s under fsdp2) is filled from `model_dir` once sharded.
+    `decay_steps`: the learning rate's cosine decay (make_optimizer; SFT's schedule)."""
     if accelerator.num_processes != cfg.processes:
         raise ValueError(
             f"trainer.processes={cfg.processes} but {accelerator.num_processes} ranks were launched: make them agree"
         )
     if cfg.parallelism == "ddp":
-        return ddp_trainee(model, cfg, accelerator)
-    return sharded_trainee(model, cfg, accelerator, model_dir)
+        return ddp_trainee(model, cfg, accelerator, decay_steps)
+    return sharded_trainee(model, cfg, accelerator, model_dir, decay_steps)
 
 
 def load_model(model_dir: str | Path, cfg: TrainerConfig) -> nn.Module:
@@ -69,10 +74,12 @@ def load_model(model_dir: str | Path, cfg: TrainerConfig) -> nn.Module:
     return model
 
 
-def ddp_trainee(model: nn.Module, cfg: TrainerConfig, accelerator: Accelerator) -> Trainee:
+def ddp_trainee(
+    model: nn.Module, cfg: TrainerConfig, accelerator: Accelerator, decay_steps: int | None = None
+) -> Trainee:
     """Wrap `model` for data parallel training (DDP when world > 1) with AdamW."""
     parallelize(model, cfg, None)  # activation checkpointing and compile only
-    opt, sched = make_optimizer(model, cfg)
+    opt, sched = make_optimizer(model, cfg, decay_steps=decay_steps)
     wrapped, opt = accelerator.prepare(model, opt)
     # The scheduler is not prepared: Accelerate's wrapper would step it once per process.
     accelerator.register_for_checkpointing(sched)
@@ -100,7 +107,11 @@ def _all_sum(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def sharded_trainee(
-    model: nn.Module, cfg: TrainerConfig, accelerator: Accelerator, model_dir: str | Path | None = None
+    model: nn.Module,
+    cfg: TrainerConfig,
+    accelerator: Accelerator,
+    model_dir: str | Path | None = None,
+    decay_steps: int | None = None,
 ) -> Trainee:
     """FSDP2 (and expert parallel) through `parallelize`, over the launched ranks. A
     model on the meta device is sharded first, then each rank reads its shard."""
@@ -114,7 +125,7 @@ def sharded_trainee(
     ep = parallelize(model, cfg, meshes)
     if on_meta:
         fill_sharded(model, model_dir, accelerator.device, ep)
-    opt, sched = make_optimizer(model, cfg)
+    opt, sched = make_optimizer(model, cfg, decay_steps=decay_steps)
     accelerator.register_for_checkpointing(sched)
     layout = {"processes": cfg.processes, "parallelism": cfg.parallelism, "ep": cfg.expert_parallel_size}
     seq = None

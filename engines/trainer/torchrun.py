@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import torch
 
@@ -63,6 +63,19 @@ def trainer_environment(trainer: TrainerConfig, base: Mapping[str, str] = os.env
     return {**base, **visible_devices(trainer.devices)}
 
 
+def start_torchrun(processes: int, target: Sequence[str], trainer: TrainerConfig, **popen: Any) -> subprocess.Popen:
+    """torchrun running `target` as `processes` ranks in the trainer's environment (its
+    devices); `popen` goes to subprocess.Popen (e.g. stdout=PIPE)."""
+    # torchrun stays in this process's group (a group kill of the lane reaches it) and
+    # ends when this process does; on SIGTERM it stops its ranks first.
+    return subprocess.Popen(
+        torchrun_command(processes, *target, trainer=trainer),
+        env=trainer_environment(trainer),
+        preexec_fn=functools.partial(exit_with_parent, os.getpid(), signal.SIGTERM),
+        **popen,
+    )
+
+
 def torchrun_lane(
     cfg: LaneConfig,
     processes: int,
@@ -74,13 +87,7 @@ def torchrun_lane(
     Returns the newest seen (-1: none)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         f.write(cfg.model_dump_json())
-    # torchrun stays in this process's group (a group kill of the lane reaches it) and
-    # ends when this process does; on SIGTERM it stops its ranks first.
-    proc = subprocess.Popen(
-        torchrun_command(processes, *entry, "--config", f.name, trainer=cfg.trainer),
-        env=trainer_environment(cfg.trainer),
-        preexec_fn=functools.partial(exit_with_parent, os.getpid(), signal.SIGTERM),
-    )
+    proc = start_torchrun(processes, (*entry, "--config", f.name), cfg.trainer)
     try:
         seen = follow_versions(open_store(cfg.storage), cfg.run, lambda: proc.poll() is None, on_publish)
     finally:

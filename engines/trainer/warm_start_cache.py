@@ -31,7 +31,10 @@ _REPO = Path(__file__).resolve().parents[2]
 
 # The modules whose code decides a warm start's weights: tasks and oracle edits, the
 # demonstrations, edit feedback's observations, the model and tokenizer, the chat
-# template, SFT and what it calls (packing, optimizer, export).
+# template, SFT and what it calls on one rank (packing, the trainee and its optimizer,
+# the output head, clipping, export). The sharded path's own modules (sharded_load.py,
+# expert_parallel.py, full_state.py) are left out: their tests hold them to one rank's
+# weights, and each change of a listed module costs the default run a rebuilt warm start.
 CODE_MODULES = (
     "engines/env/micro.py",
     "engines/env/edits.py",
@@ -48,12 +51,36 @@ CODE_MODULES = (
     "engines/trainer/sft.py",
     "engines/trainer/packing.py",
     "engines/trainer/rl_step.py",
+    "engines/trainer/distributed.py",
+    "engines/trainer/parallelize.py",
+    "engines/trainer/chunked_logprobs.py",
+    "engines/trainer/loss.py",
+    "engines/trainer/grad_clip.py",
     "engines/trainer/export.py",
 )
 
-# The TrainerConfig fields engines/trainer/sft.py reads (besides `sft`); the RL-only ones
-# (lr, loss, ...) are left out, so sweeping them reuses one warm start.
-SFT_TRAINER_FIELDS = ("seed", "betas", "weight_decay", "grad_clip", "seq_len", "packing", "export_format")
+# The TrainerConfig fields that make SFT's weights (besides `sft`): its optimizer, rows,
+# export, and the trainer path it trains through (ranks, sharding, precision, output
+# head, recompute). The RL-only ones (lr, loss, ...) are left out, so sweeping them
+# reuses one warm start.
+SFT_TRAINER_FIELDS = (
+    "seed",
+    "betas",
+    "weight_decay",
+    "grad_clip",
+    "seq_len",
+    "packing",
+    "export_format",
+    "processes",
+    "parallelism",
+    "expert_parallel_size",
+    "mixed_precision",
+    "logprob_chunk_tokens",
+    "activation_checkpointing",
+    "compile",
+)
+# Read by SFT but placing its ranks only (which GPUs), so not in the key.
+SFT_PLACEMENT_FIELDS = ("devices",)
 
 INPUTS_FILE = "warm_start_inputs.json"  # beside the weights: what the key was made of, for people
 

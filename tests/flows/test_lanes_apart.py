@@ -55,7 +55,12 @@ def test_a_trainer_over_several_nodes_runs_one_deployed_lane_per_node(tmp_path: 
     nodes = {"processes": 4, "parallelism": "fsdp2", "nodes": 2, "rendezvous": "trainer-0:29500"}
     with pytest.raises(ValueError, match="trainer.nodes = 2: .* one trainer lane per node"):
         RunConfig(trainer=nodes)
-    run = RunConfig(trainer=nodes, lanes=LANES, storage={"root": str(tmp_path)})
+    with pytest.raises(ValueError, match="trainer.nodes = 2: SFT starts .* or set model.path"):
+        RunConfig(trainer=nodes, lanes=LANES)  # the tiny model's warm start trains on one machine
+    weights = {"path": "s3://lake/base-model"}
+    run = RunConfig(
+        trainer=nodes, lanes=LANES, model=weights, inference={"tool_format": "text"}, storage={"root": str(tmp_path)}
+    )
     per_node = node_lanes(trainer_lane_config(run, "m"))
     assert [lane.trainer.node_rank for lane in per_node] == [0, 1]
     assert {lane.trainer.rendezvous for lane in per_node} == {"trainer-0:29500"}

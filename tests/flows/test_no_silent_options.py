@@ -102,15 +102,26 @@ def unread_fields(model: type[BaseModel], sources: tuple[str, ...] = SOURCES) ->
 
 
 # Every configuration model a user fills (a flow's parameters or a command's keys), and
-# the code that must read its fields: `tandem sft`'s keys are read by SFT itself (its
-# optimizer comes from make_optimizer in rl_step.py), the others anywhere in the project.
+# the code that must read its fields: `tandem sft`'s keys are read by SFT itself and the
+# trainer path it trains through (its optimizer and head in rl_step.py, the trainee in
+# distributed.py and parallelize.py, its ranks' devices in torchrun.py), the others
+# anywhere in the project.
 CONFIG_MODELS: dict[str, tuple[type[BaseModel], tuple[str, ...]]] = {
     "RunConfig": (RunConfig, SOURCES),
     "LaneConfig": (LaneConfig, SOURCES),
     "LanesConfig": (LanesConfig, SOURCES),
     "RescoreConfig": (RescoreConfig, SOURCES),
     "ReplayTrainConfig": (ReplayTrainConfig, SOURCES),
-    "SFTCommandConfig": (SFTCommandConfig, ("engines/trainer/sft.py", "engines/trainer/rl_step.py")),
+    "SFTCommandConfig": (
+        SFTCommandConfig,
+        (
+            "engines/trainer/sft.py",
+            "engines/trainer/rl_step.py",
+            "engines/trainer/distributed.py",
+            "engines/trainer/parallelize.py",
+            "engines/trainer/torchrun.py",
+        ),
+    ),
 }
 
 
@@ -138,7 +149,7 @@ def test_the_sft_code_alone_does_not_read_the_rl_keys() -> None:
     from engines.trainer.config import TrainerConfig
 
     unread = unread_fields(TrainerConfig, CONFIG_MODELS["SFTCommandConfig"][1])
-    assert {"loss_type", "processes", "parallelism", "mixed_precision"} <= set(unread)
+    assert {"loss_type", "kl_coef", "ratio_low", "keep_last_states"} <= set(unread)
     assert not set(unread) & set(SFTCommandConfig.model_fields)
 
 

@@ -33,6 +33,12 @@ def key(*overrides: str, train=TRAIN) -> str:
         ["--trainer.seed", "3"],
         ["--trainer.seq_len", "256"],
         ["--model.tiny.num_layers", "6"],
+        # The trainer path SFT trains through: ranks, sharding, precision, output head, recompute.
+        ["--trainer.processes", "2"],
+        ["--trainer.processes", "2", "--trainer.parallelism", "fsdp2"],
+        ["--trainer.mixed_precision", "bf16"],
+        ["--trainer.logprob_chunk_tokens", "0"],
+        ["--trainer.activation_checkpointing", "true"],
     ],
 )
 def test_a_setting_that_makes_the_warm_start_changes_the_key(override: list[str]) -> None:
@@ -53,6 +59,8 @@ def test_other_training_tasks_change_the_key() -> None:
     "override",
     [
         ["--trainer.lr", "1e-4"],
+        ["--trainer.micro_batch_rows", "4"],
+        ["--trainer.temperature", "1.0", "--inference.sampling.temperature", "1.0"],
         ["--rl.steps", "3"],
         ["--eval.tasks", "200"],
         ["--trainer.sft.log_every", "50"],

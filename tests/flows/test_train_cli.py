@@ -82,8 +82,9 @@ def test_sft_refuses_trainer_keys_it_never_reads(tmp_path: Path, tiny_model_dir:
     for key, value, fix in [
         ("lr", "1e-3", "use sft.lr"),
         ("warmup_steps", "5", "use sft.warmup_steps"),
-        ("processes", "2", "remove it"),
         ("loss_type", "tis", "remove it"),
+        ("nodes", "2", "its ranks all run on this machine"),
+        ("context_parallel_size", "2", "parallelism = 'fsdp2' shards the model"),
     ]:
         result = CliRunner().invoke(app, [*base, f"--{key}", value])
         assert result.exit_code == 1, result.output
@@ -94,10 +95,15 @@ def test_sft_refuses_trainer_keys_it_never_reads(tmp_path: Path, tiny_model_dir:
 
 def test_sft_command_config_is_what_sft_reads() -> None:
     from engines.trainer.config import SFTCommandConfig, TrainerConfig
-    from engines.trainer.warm_start_cache import SFT_TRAINER_FIELDS
+    from engines.trainer.warm_start_cache import SFT_PLACEMENT_FIELDS, SFT_TRAINER_FIELDS
 
-    assert set(SFTCommandConfig.model_fields) == {*SFT_TRAINER_FIELDS, "sft"}
+    assert set(SFTCommandConfig.model_fields) == {*SFT_TRAINER_FIELDS, *SFT_PLACEMENT_FIELDS, "sft"}
     refused = set(TrainerConfig.model_fields) - set(SFTCommandConfig.model_fields)
-    assert refused == set(SFTCommandConfig.refused_keys) and {"lr", "parallelism", "mixed_precision"} <= refused
+    assert refused == set(SFTCommandConfig.refused_keys)
+    assert {"lr", "micro_batch_rows", "nodes", "context_parallel_size"} <= refused
     cfg = SFTCommandConfig(sft={"lr": 1e-3, "max_steps": 3}, seq_len=128).trainer()
     assert (cfg.sft.lr, cfg.sft.max_steps, cfg.seq_len) == (1e-3, 3, 128)
+    # SFT trains through the trainer's path: its ranks, sharding and precision are the trainer's keys.
+    ranks = SFTCommandConfig(sft={"max_steps": 3}, processes=2, parallelism="fsdp2", mixed_precision="bf16")
+    trainer = ranks.trainer()
+    assert (trainer.processes, trainer.parallelism, trainer.mixed_precision) == (2, "fsdp2", "bf16")

@@ -1,10 +1,22 @@
 import numpy as np
 import pytest
+import torch
 
 from engines.model.load import load_moe_causal_lm, load_tokenizer
 from engines.protocol import render_messages
 from engines.trainer.config import SFTConfig, TrainerConfig
-from engines.trainer.sft import conversation_episode, mean_nll, sft
+from engines.trainer.distributed import make_accelerator, make_trainee
+from engines.trainer.packing import make_batch
+from engines.trainer.sft import (
+    check_sft,
+    conversation_episode,
+    fine_tune,
+    mean_nll,
+    rank_share,
+    sft,
+    sft_backward,
+    sft_settings,
+)
 
 CONV = [
     {"role": "user", "content": "def add(a, b):\n    return a - b\n"},
@@ -100,3 +112,103 @@ def test_length_grouped_batches_cover_each_epoch_once_and_pad_less():
     random.Random(1).shuffle(shuffled)
     plain = sum(32 * max(lengths[i] for i in shuffled[k : k + 32]) for k in range(0, 640, 32))
     assert padded < 0.8 * plain
+
+
+def _demos(n: int) -> list[list[dict[str, str]]]:
+    return [
+        [
+            {"role": "user", "content": f"def f(x):\n    return x * {i % 7 + 2} - {i % 5 + 1}\n"},
+            {
+                "role": "assistant",
+                "content": f"edit m.py 2\n    return x * {i % 7 + 2} + {i % 5 + 1}" + "\nsubmit" * (i % 3),
+            },
+        ]
+        for i in range(n)
+    ]
+
+
+def _full_logits_nll(model, batch) -> torch.Tensor:
+    """SFT's summed loss as it was first computed: log_softmax over the whole [rows, L, V] logits."""
+    logits = model(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False).logits
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)
+    return -(logp[batch.loss_mask]).sum()
+
+
+@pytest.mark.parametrize("chunk", [0, 16], ids=["full-logits-head", "chunked-head"])
+def test_the_sft_loss_and_gradient_are_the_full_logits_ones(tiny_model_dir, chunk):
+    """SFT's loss through the trainer's head (chunks of 16 tokens: several per batch) is the
+    old full-logits loss to float round-off; with trainer.logprob_chunk_tokens = 0 bit for bit."""
+    cfg = TrainerConfig(seq_len=128, logprob_chunk_tokens=chunk, sft=SFTConfig(max_steps=1, batch_size=8))
+    eps = [conversation_episode(load_tokenizer(tiny_model_dir), c) for c in _demos(8)]
+    batch = make_batch(eps, cfg.seq_len, cfg.packing)
+    model = load_moe_causal_lm(tiny_model_dir)
+    ref = _full_logits_nll(model, batch) / batch.num_loss_tokens
+    ref.backward()
+    trainee = make_trainee(load_moe_causal_lm(tiny_model_dir), sft_settings(cfg), make_accelerator())
+    loss = sft_backward(trainee, eps, sft_settings(cfg))
+    assert batch.num_loss_tokens > 3 * 16
+    assert loss == pytest.approx(float(ref), rel=1e-6)
+    for (name, p), q in zip(model.named_parameters(), trainee.module.parameters()):
+        if chunk == 0:
+            assert torch.equal(q.grad, p.grad), name
+        else:
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-7, msg=name)
+    trainee.replay.close()
+
+
+def test_what_sft_cannot_train_is_refused_before_any_work():
+    steps = SFTConfig(max_steps=1, batch_size=4)
+    with pytest.raises(ValueError, match="no conversations"):
+        check_sft(TrainerConfig(sft=steps), 0)
+    with pytest.raises(ValueError, match="trainer.nodes = 2: SFT starts its trainer.processes ranks on this machine"):
+        check_sft(TrainerConfig(processes=2, nodes=2, rendezvous="h:29500", sft=steps), 8)
+    with pytest.raises(
+        ValueError, match=r"3 conversation\(s\) a step for trainer.processes = 4 .*raise sft.batch_size"
+    ):
+        check_sft(TrainerConfig(processes=4, sft=steps), 3)
+    check_sft(TrainerConfig(processes=4, parallelism="fsdp2", sft=steps), 4)
+
+
+def test_each_rank_trains_a_balanced_share_in_the_steps_order(tiny_model_dir):
+    eps = [conversation_episode(load_tokenizer(tiny_model_dir), c) for c in _demos(9)]
+    shares = [rank_share(eps, 2, r) for r in range(2)]
+    assert sorted(id(e) for s in shares for e in s) == sorted(id(e) for e in eps)
+    place = {id(e): i for i, e in enumerate(eps)}
+    for share in shares:
+        assert [place[id(e)] for e in share] == sorted(place[id(e)] for e in share)
+    tokens = [sum(len(e) for e in s) for s in shares]
+    assert abs(tokens[0] - tokens[1]) <= max(len(e) for e in eps)
+    assert [id(e) for e in rank_share(eps, 1, 0)] == [id(e) for e in eps]
+
+
+TWO_RANK_STEPS = SFTConfig(lr=1e-3, warmup_steps=0, max_steps=3, batch_size=8, log_every=1)
+
+
+@pytest.fixture(scope="module")
+def one_process_sft(tiny_model_dir, tmp_path_factory):
+    """Three SFT steps in this process: the episodes, each step's loss, the exported folder."""
+    eps = [conversation_episode(load_tokenizer(tiny_model_dir), c) for c in _demos(16)]
+    out = tmp_path_factory.mktemp("sft-one") / "weights"
+    return eps, fine_tune(str(tiny_model_dir), eps, str(out), TrainerConfig(seq_len=128, sft=TWO_RANK_STEPS)), out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "parallelism",
+    [{"parallelism": "ddp"}, {"parallelism": "fsdp2"}, {"parallelism": "fsdp2_ep", "expert_parallel_size": 2}],
+    ids=["ddp", "fsdp2", "fsdp2_ep"],
+)
+def test_sft_on_two_ranks_trains_like_one_process(one_process_sft, tiny_model_dir, tmp_path, parallelism):
+    """Two gloo ranks under torchrun, the model replicated (ddp) or sharded (fsdp2: each rank
+    reads its shard; fsdp2_ep: half the experts each), each rank training its half of every
+    step: the losses and the exported weights of one process."""
+    eps, one, one_dir = one_process_sft
+    lines: list[str] = []
+    cfg = TrainerConfig(seq_len=128, processes=2, sft=TWO_RANK_STEPS, **parallelism)
+    two = fine_tune(str(tiny_model_dir), eps, str(tmp_path / "two"), cfg, log=lines.append)
+    assert two == pytest.approx(one, rel=1e-4) and len(two) == 3
+    assert any(line.startswith("[sft] step 3 loss") for line in lines), lines[-20:]
+    probe = torch.tensor([[5, 17, 33, 2, 41, 8, 19, 60]])
+    with torch.no_grad():
+        got, want = (load_moe_causal_lm(d).eval()(input_ids=probe).logits for d in (tmp_path / "two", one_dir))
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)  # measured: under 1e-6 (another summation order)

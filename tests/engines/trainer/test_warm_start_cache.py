@@ -12,6 +12,7 @@ import pytest
 from engines.trainer.config import TrainerConfig
 from engines.trainer.warm_start_cache import (
     INPUTS_FILE,
+    SFT_PLACEMENT_FIELDS,
     SFT_TRAINER_FIELDS,
     cached,
     code_digest,
@@ -119,12 +120,14 @@ def test_a_cached_warm_start_is_copied_into_the_lake(tmp_path: Path) -> None:
 
 
 def test_the_key_holds_every_trainer_setting_sft_reads() -> None:
-    """`cfg.<field>` reads in engines/trainer/sft.py, besides cfg.sft, are in SFT_TRAINER_FIELDS."""
+    """`cfg.<field>` reads in engines/trainer/sft.py, besides cfg.sft, are in SFT_TRAINER_FIELDS
+    or place its ranks only (SFT_PLACEMENT_FIELDS)."""
     tree = ast.parse((REPO / "engines/trainer/sft.py").read_text())
     read = {
         node.attr
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "cfg"
     }
-    assert read - {"sft"} <= set(SFT_TRAINER_FIELDS)
-    assert set(SFT_TRAINER_FIELDS) <= set(TrainerConfig.model_fields)
+    fields = read & set(TrainerConfig.model_fields)  # not its methods (model_copy, sft_unsupported)
+    assert fields - {"sft"} <= {*SFT_TRAINER_FIELDS, *SFT_PLACEMENT_FIELDS}
+    assert {*SFT_TRAINER_FIELDS, *SFT_PLACEMENT_FIELDS} <= set(TrainerConfig.model_fields)
