@@ -18,7 +18,7 @@ a share of the N tasks with a 95% Wilson interval:
   inside_function     ... and that line is in the body of the named function
   gate                valid_single_token and inside_function (the gate: >= 0.8)
   valid_candidate     the edit is one of the named function's plausible edits
-                      (engines/env/micro.py: plausible_edits)
+                      (engines/env/task_sources/micro.py: plausible_edits)
   buggy_line          the changed line is the buggy one
   first_edit_passes   the first edit passes every test
   resolved            the episode passes within env.edit_attempts attempts
@@ -48,10 +48,10 @@ import torch
 from benchmarks.learning import record_experiment
 from engines.env.config import EnvConfig
 from engines.env.edits import Edited, EditError, apply_edit, function_lines, line_tokens
-from engines.env.micro import MODULE, generate_micro_tasks, named_function, plausible_edits
-from engines.env.micro_demos import local_statuses
 from engines.env.session import EnvSession
 from engines.env.session_tree import SessionTree
+from engines.env.task_sources.micro import MODULE, generate_micro_tasks, named_function, plausible_edits
+from engines.env.task_sources.micro_demos import local_statuses
 from engines.env.types import GradeResult, Task
 from engines.model.load import load_moe_causal_lm, load_tokenizer
 from engines.protocol import EDIT_TOOLS, END, Action, parse_action, render_messages

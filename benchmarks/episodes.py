@@ -56,8 +56,8 @@ import psutil
 
 from benchmarks import edit_gate
 from engines.env.grader import GradingPool
-from engines.env.micro import generate_micro_tasks
 from engines.env.session import EnvSession, Tester
+from engines.env.task_sources.micro import generate_micro_tasks
 from engines.env.types import Task
 from engines.inference.agent import AgentLoop, EpisodeRequest
 from engines.inference.server_pool import ServerPool

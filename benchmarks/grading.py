@@ -58,16 +58,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engines.env.builder import BuildConfig, build_corpus, discover
 from engines.env.config import EnvConfig
-from engines.env.corpus import load_corpus, save_corpus
 from engines.env.grader import GradingPool, targeted_command
-from engines.env.micro import generate_micro_tasks
 from engines.env.monitor import _facts, scan
 from engines.env.report import frame_log, report_from_log
-from engines.env.sandbox import _sandbox_env, make_runner
+from engines.env.sandbox.runner import _sandbox_env, make_runner
+from engines.env.sandbox.warm_pytest import WarmPytest, pytest_args
+from engines.env.task_sources.builder import BuildConfig, build_corpus, discover
+from engines.env.task_sources.corpus import load_corpus, save_corpus
+from engines.env.task_sources.micro import generate_micro_tasks
 from engines.env.types import Task
-from engines.env.warm_pytest import WarmPytest, pytest_args
 from engines.env.workspace import Workspace, apply_to_files, base_files, git_apply
 
 

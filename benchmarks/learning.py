@@ -39,8 +39,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engines.env.micro import DemonstrationKind, generate_micro_tasks
-from engines.env.micro_demos import warm_start_demonstrations
+from engines.env.task_sources.micro import generate_micro_tasks
+from engines.env.task_sources.micro_demos import DemonstrationKind, warm_start_demonstrations
 from engines.model.load import local_model_dir
 from engines.rollout.attempts import mcnemar_p, paired_bootstrap_interval
 from engines.trainer.sft import sft

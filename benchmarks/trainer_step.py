@@ -49,8 +49,8 @@ def default_run_episodes(out: Path) -> None:
     import pyarrow.parquet as pq
     import torch
 
-    from engines.env.micro import generate_micro_tasks
-    from engines.env.micro_demos import feedback_demonstrations
+    from engines.env.task_sources.micro import generate_micro_tasks
+    from engines.env.task_sources.micro_demos import feedback_demonstrations
     from engines.model.chat_format import ChatFormat
     from engines.model.load import load_moe_causal_lm, load_tokenizer
     from engines.model.tiny import create_tiny_model

@@ -1,6 +1,6 @@
 """The `build-tasks` flow: a validated task corpus from real projects' sdists,
 one Prefect task per project, each writing its snapshot and manifest into the same
-corpus directory (resumable: a rerun reuses finished projects, engines/env/builder.py),
+corpus directory (resumable: a rerun reuses finished projects, engines/env/task_sources/builder.py),
 then the corpus assembled from the manifests, with a table of counts per project as
 an artifact."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from prefect import flow
 from prefect.artifacts import create_table_artifact
 
-from engines.env.builder import BuildConfig, assemble_corpus
+from engines.env.task_sources.builder import BuildConfig, assemble_corpus
 from tasks.build import build_project
 from tasks.progress import say
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engines.env.splits import heldout_kind
+from engines.env.task_sources.splits import heldout_kind
 from engines.env.types import Task
 from engines.rollout.attempts import mcnemar_p
 
@@ -59,7 +59,7 @@ def group_rows(before: dict[str, Any], after: dict[str, Any], groups: dict[str, 
 
 
 def heldout_groups(evaluated: list[Task]) -> dict[str, list[str]]:
-    """The evaluated held-out tasks of a corpus by kind (engines/env/splits.py); micro tasks have no kind."""
+    """The evaluated held-out tasks of a corpus by kind (engines/env/task_sources/splits.py); micro tasks have no kind."""
     kinds = {t.instance_id: heldout_kind(t) for t in evaluated if t.env_name != "micro"}
     return {
         "held-out projects": [i for i, k in kinds.items() if k == "project"],

@@ -16,10 +16,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from engines.env.builder import BuildConfig
 from engines.env.config import EnvConfig
-from engines.env.micro import DemonstrationKind, EditTool
-from engines.env.selection import Hint
+from engines.env.task_sources.builder import BuildConfig
+from engines.env.task_sources.edit_forms import EditTool
+from engines.env.task_sources.micro_demos import DemonstrationKind
+from engines.env.task_sources.selection import Hint
 from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingConfig
 from engines.model.hub import is_hub_id, template_folder
 from engines.model.tiny import TinyModelConfig
@@ -57,7 +58,7 @@ def _build_field(name: str, **kwargs) -> Any:
 
 class CorpusBuild(BaseModel):
     """How a corpus run builds its corpus when tasks.corpus_path holds none yet
-    (engines/env/builder.py: resumable, cached by content, so a second run reuses it).
+    (engines/env/task_sources/builder.py: resumable, cached by content, so a second run reuses it).
     The sandbox settings are the run's `env`."""
 
     model_config = ConfigDict(extra="forbid")
@@ -101,7 +102,7 @@ class TaskSetConfig(BaseModel):
     seed: int = Field(
         0,
         description="Seed of the micro-task generator (train uses seed, held-out seed + 1), or of the draw from a "
-        "corpus (engines/env/selection.py).",
+        "corpus (engines/env/task_sources/selection.py).",
     )
     build: CorpusBuild | None = Field(
         None,
@@ -110,7 +111,7 @@ class TaskSetConfig(BaseModel):
     )
     hint: Hint = Field(
         "tests",
-        description="What a corpus task's problem statement says (engines/env/selection.py): 'tests' the failing "
+        description="What a corpus task's problem statement says (engines/env/task_sources/selection.py): 'tests' the failing "
         "tests and their output only (SWE-bench's setting), 'file' also the file the bug is in, 'function' also "
         "the function or class (Class.method). Micro statements always name the failing call: refused there.",
     )
@@ -285,7 +286,7 @@ class RunSFTConfig(SFTConfig):
     )
     edit_tool: EditTool = Field(
         "spaced_context_change",
-        description="How the micro-task demonstrations write an edit (engines/env/micro.py: line_edit): edit (line "
+        description="How the micro-task demonstrations write an edit (engines/env/task_sources/micro.py: line_edit): edit (line "
         "number + the whole new line), replace (the old line copied, with lines above it until unique), or a short "
         "form that writes only the tokens that change, OLD unique in its scope: short_replace (the file), "
         "line_change (`change m.py LINE`), function_change (`change m.py NAME`, the named function), viewed_change "
@@ -539,7 +540,7 @@ class RunConfig(BaseModel):
 
     def _check_repository_warm_start(self) -> None:
         """The tiny model on a built corpus warm-starts on the repository candidate
-        demonstrator (engines/env/repo_demos.py): its own edit form, candidates, kept feedback."""
+        demonstrator (engines/env/task_sources/repo_demos.py): its own edit form, candidates, kept feedback."""
         sft = self.trainer.sft
         if sft.demonstrations != "candidates":
             raise ValueError(
@@ -556,7 +557,7 @@ class RunConfig(BaseModel):
         if sft.edit_tool != RunSFTConfig().edit_tool:
             raise ValueError(
                 f"trainer.sft.edit_tool = {sft.edit_tool!r} with tasks.kind = 'corpus': repository demonstrations are "
-                f"written in the {RunSFTConfig().edit_tool} form only (engines/env/repo_demos.py); remove the key"
+                f"written in the {RunSFTConfig().edit_tool} form only (engines/env/task_sources/repo_demos.py); remove the key"
             )
 
     def _check_tiny_context(self) -> None:

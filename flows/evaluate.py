@@ -23,7 +23,7 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import acreate_table_artifact
 
-from engines.env.corpus import load_corpus
+from engines.env.task_sources.corpus import load_corpus
 from engines.handoff import RunContext
 from flows.artifacts import slug
 from flows.config import RunConfig, RunEnvConfig, RunInferenceConfig

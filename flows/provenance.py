@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from engines.env.corpus import corpus_id, load_corpus
+from engines.env.task_sources.corpus import corpus_id, load_corpus
 from engines.env.types import Task
 
 _REPO = Path(__file__).resolve().parents[1]

@@ -20,8 +20,8 @@ from prefect import flow
 from prefect.utilities.annotations import quote
 
 from engines.env.config import EnvConfig
-from engines.env.corpus import corpus_id, run_tasks
 from engines.env.grader import GradingPool
+from engines.env.task_sources.corpus import corpus_id, run_tasks
 from engines.rollout.step import GradeCache
 from engines.trainer.lane import LaneConfig
 from flows.config import RunTrainerConfig

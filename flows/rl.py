@@ -21,7 +21,7 @@ from typing import Any
 
 from prefect import flow
 
-from engines.env.corpus import TASKS_FILE, load_corpus
+from engines.env.task_sources.corpus import TASKS_FILE, load_corpus
 from engines.handoff import RunContext, check_bound
 from flows.artifacts import publish_step_artifacts, publish_summary
 from flows.build_tasks import build_tasks

@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 from prefect import flow
 
-from engines.env.corpus import load_corpus
+from engines.env.task_sources.corpus import load_corpus
 from engines.env.types import Task
 from engines.handoff import RunContext
 from engines.rollout.lane import RolloutLane

@@ -19,8 +19,8 @@ from pathlib import Path
 from prefect import flow
 from prefect.utilities.annotations import quote
 
-from engines.env.corpus import corpus_id, load_corpus
-from engines.env.repo_demos import source_texts
+from engines.env.task_sources.corpus import corpus_id, load_corpus
+from engines.env.task_sources.repo_demos import source_texts
 from engines.env.types import Task
 from engines.trainer.warm_start_cache import (
     SFT_TRAINER_FIELDS,
@@ -107,7 +107,9 @@ def cache_inputs(config: RunConfig, train: list[Task]) -> dict:
     """What the run's warm start is made of (engines/trainer/warm_start_cache.py)."""
     sft = config.trainer.sft
     kind = "feedback" if config.env.edit_attempts else "oracle"
-    if config.tasks.kind == "corpus":  # engines/env/repo_demos.py: its verdicts come from the sandboxed tests
+    if (
+        config.tasks.kind == "corpus"
+    ):  # engines/env/task_sources/repo_demos.py: its verdicts come from the sandboxed tests
         kind = f"repository-{config.env.feedback}-view{config.env.view_lines}"
     demos = {
         "kind": kind,

@@ -7,7 +7,7 @@
     tandem tasks build --out c/ --no-default-projects --micro-train 2000 --micro-heldout 200
     tandem tasks build --out c/ --heldout-project toml --heldout-project parse   # whole projects held out
 
-A thin shell over engines.env.builder / micro / corpus: it prints a line as each
+A thin shell over engines.env.task_sources.builder / micro / corpus: it prints a line as each
 project starts and ends and a progress line every batch of mutants (on stderr), then
 per-project counts (tests, stable tests, mutants tried, kept, held out, seconds per
 mutant and per kept task, and whether the project was built, reused from --out or
@@ -25,12 +25,12 @@ from typing import Annotated
 
 import typer
 
-from engines.env.builder import DEFAULT_HELDOUT_PROJECTS, BuildConfig, build_corpus
 from engines.env.config import EnvConfig
-from engines.env.corpus import export_jsonl, load_corpus, save_corpus
 from engines.env.errors import EnvError
-from engines.env.micro import generate_micro_tasks
-from engines.env.sdists import DEFAULT_PINS
+from engines.env.task_sources.builder import DEFAULT_HELDOUT_PROJECTS, BuildConfig, build_corpus
+from engines.env.task_sources.corpus import export_jsonl, load_corpus, save_corpus
+from engines.env.task_sources.micro import generate_micro_tasks
+from engines.env.task_sources.sdists import DEFAULT_PINS
 from flows.cli_shell import command_group, user_errors
 
 app = command_group("tasks", "Build and validate task corpora.")
@@ -148,7 +148,7 @@ def import_records_command(
     split: Annotated[str, typer.Option(help="Split of the imported tasks: train or heldout.")] = "train",
 ) -> None:
     """Import SWE-bench-style records as a corpus, materialising each repository at its base commit."""
-    from engines.env.swebench_import import import_records
+    from engines.env.task_sources.swebench_import import import_records
 
     with user_errors(EnvError, ValueError, OSError):
         sources = dict(_source(item) for item in repo or [])

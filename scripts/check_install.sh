@@ -33,7 +33,7 @@ import time
 import engines
 from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
-from engines.env.micro import generate_micro_tasks
+from engines.env.task_sources.micro import generate_micro_tasks
 
 assert "site-packages" in engines.__file__, engines.__file__
 tasks = generate_micro_tasks(4, seed=0)

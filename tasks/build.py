@@ -8,8 +8,8 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from engines.env.builder import BuildConfig, project_tasks_for
-from engines.env.sources import project_source
+from engines.env.task_sources.builder import BuildConfig, project_tasks_for
+from engines.env.task_sources.sources import project_source
 from tasks.progress import say
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from prefect import task
 
-from engines.env.corpus import TASKS_FILE, corpus_id, load_corpus, save_corpus
-from engines.env.deps import ensure_task_deps
-from engines.env.micro import generate_micro_tasks
-from engines.env.selection import Hint, select_tasks, with_hint
+from engines.env.sandbox.deps import ensure_task_deps
+from engines.env.task_sources.corpus import TASKS_FILE, corpus_id, load_corpus, save_corpus
+from engines.env.task_sources.micro import generate_micro_tasks
+from engines.env.task_sources.selection import Hint, select_tasks, with_hint
 from storage.fs import Store, open_store
 from storage.parquet_io import read_table
 from storage.tables import write_tasks
@@ -54,7 +54,7 @@ def use_corpus(store: Store, run: str, corpus_dir: str, out_dir: str, draw: Corp
 
 
 def draw_corpus(corpus_dir: str, out_dir: str, draw: CorpusDraw) -> str:
-    """The run's share of a corpus built by `tandem tasks build` (engines/env/selection.py:
+    """The run's share of a corpus built by `tandem tasks build` (engines/env/task_sources/selection.py:
     at most `draw.train` / `draw.heldout` tasks drawn by seed, statements with the hint),
     saved in `out_dir` unless already there: the same draw on every start and every
     rollout host, so a resumed run sees the same tasks."""

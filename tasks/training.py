@@ -14,9 +14,9 @@ from prefect.cache_policies import NO_CACHE
 
 from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
-from engines.env.micro import DemonstrationKind, EditTool
-from engines.env.micro_demos import oracle_messages, warm_start_demonstrations
-from engines.env.repo_demos import PatchTester, pool_tester, repo_demonstrations
+from engines.env.task_sources.edit_forms import EditTool
+from engines.env.task_sources.micro_demos import DemonstrationKind, oracle_messages, warm_start_demonstrations
+from engines.env.task_sources.repo_demos import PatchTester, pool_tester, repo_demonstrations
 from engines.env.types import Task
 from engines.model import hub
 from engines.model.chat_format import ChatFormat
@@ -43,7 +43,7 @@ def demonstrations(
     """Episodes of the micro tasks in the run's protocol, each edit written with `tool`.
     oracle: plain edit then submit, or under edit feedback a share of them with failed
     attempts first (masked); candidates: the uniform-candidate demonstrator's attempts,
-    all trained (engines/env/micro_demos.py)."""
+    all trained (engines/env/task_sources/micro_demos.py)."""
     if edit_attempts:
         return warm_start_demonstrations(tasks, edit_attempts, failed_share, seed, tool, kind)
     return [oracle_messages(t, tool) for t in tasks]
@@ -54,7 +54,7 @@ def repository_demonstrations(
     tasks: list[Task], attempts: int, seed: int, env: EnvConfig, per_task: int = 1
 ) -> list[list[dict]]:
     """Episodes of the candidate demonstrator on tasks from real repositories, each tried
-    candidate's verdict from the task's own tests in the grading pool (engines/env/repo_demos.py)."""
+    candidate's verdict from the task's own tests in the grading pool (engines/env/task_sources/repo_demos.py)."""
     with GradingPool(env) as pool:
         tester = _with_progress(pool_tester(pool))
         demos = repo_demonstrations(tasks, attempts, seed, tester, env.view_lines, per_task)

@@ -806,7 +806,7 @@ EXTRA_TEXTS: dict[str, list[str]] = {
 def _texts() -> list[str]:
     import json
 
-    from engines.env.micro import generate_micro_tasks
+    from engines.env.task_sources.micro import generate_micro_tasks
     from engines.model.chat_format import SYSTEM_PROMPT, TOOL_CALL_SYSTEM_PROMPT
     from engines.tool_calls import TOOL_SCHEMAS
 

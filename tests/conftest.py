@@ -82,9 +82,9 @@ def s3_bucket(s3_server: dict[str, str], request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def real_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A few validated tasks of one small real project (sdist downloaded once, then cached)."""
-    from engines.env.builder import BuildConfig, build_corpus
     from engines.env.config import EnvConfig
-    from engines.env.corpus import save_corpus
+    from engines.env.task_sources.builder import BuildConfig, build_corpus
+    from engines.env.task_sources.corpus import save_corpus
 
     out = tmp_path_factory.mktemp("real-corpus")
     config = BuildConfig(

@@ -27,7 +27,7 @@ def missing_bwrap() -> str:
 
 
 def missing_cgroup_caps() -> str:
-    from engines.env.cgroup import unavailable
+    from engines.env.sandbox.cgroup import unavailable
 
     reason = unavailable()
     if not reason:

@@ -1,6 +1,7 @@
 """The source's import graph, read with ast, and the rules it keeps: no import circle,
 and the layering (flows -> tasks -> engines -> storage; the trainer lane never imports
-the rollout lane, at any layer; no generic env module imports the micro task family).
+the rollout lane, at any layer; no generic env module imports a task source, and the
+sandbox imports only the env's foundations).
 
 Every import counts: at the top of a module, inside a function or under
 TYPE_CHECKING, so neither a circle nor a layering breach can hide behind a late import.
@@ -106,9 +107,21 @@ def in_lane(module: str, lane: tuple[str, ...]) -> bool:
     return any(_in(module, package) for package in lane)
 
 
-def is_micro(module: str) -> bool:
-    """The micro task family: engines/env/micro*.py (the generator, its demonstrations)."""
-    return module.startswith("engines.env.micro")
+TASK_SOURCES = "engines.env.task_sources"  # micro tasks, real projects, imports, corpora
+SANDBOX = "engines.env.sandbox"
+# What the sandbox may use of the env beside itself: plain data and file handling, never
+# the session, the grader or a task family.
+SANDBOX_FOUNDATIONS = tuple(f"engines.env.{m}" for m in ("config", "errors", "types", "parse", "workspace"))
+
+
+def env_breach(src: str, dst: str) -> str | None:
+    """Why the import `src -> dst` breaks the env's neighbourhoods, or None."""
+    if _in(src, "engines.env") and not _in(src, TASK_SOURCES) and _in(dst, TASK_SOURCES):
+        return "a generic env module imports a task source"
+    allowed = (SANDBOX, *SANDBOX_FOUNDATIONS)
+    if _in(src, SANDBOX) and _in(dst, "engines.env") and dst != "engines.env" and not any(_in(dst, a) for a in allowed):
+        return "the sandbox imports the env beyond its foundations"
+    return None
 
 
 def reached(graph: Graph, start: str) -> set[str]:
@@ -133,6 +146,6 @@ def breaches(graph: Graph) -> list[Breach]:
                 found.append((src, dst, f"{LAYERS[low]} imports {LAYERS[high]}, a layer above it"))
             if in_lane(src, TRAINER_LANE) and in_lane(dst, ROLLOUT_LANE):
                 found.append((src, dst, "the trainer lane imports the rollout lane (lanes meet in the lake)"))
-            if _in(src, "engines.env") and not is_micro(src) and is_micro(dst):
-                found.append((src, dst, "a generic env module imports the micro task family"))
+            if why := env_breach(src, dst):
+                found.append((src, dst, why))
     return sorted(found)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engines.env.builder import LOG_PARSER, test_command
+from engines.env.task_sources.builder import LOG_PARSER, test_command
 from engines.env.types import Task
 from engines.env.workspace import tree_hash, unified_diff
 

@@ -134,7 +134,7 @@ def test_dated_pages_say_their_commit() -> None:
 
 def test_the_check_catches_what_is_gone() -> None:
     text = (
-        "see `engines/env/session.py`, `engines/env/gone.py`, `engines/env/micro*.py`, "
+        "see `engines/env/session.py`, `engines/env/gone.py`, `engines/env/task_sources/micro*.py`, "
         "`engines.inference.wide_ep.secondary_node_command`, `engines.inference.launch.secondary_node_command`, "
         "`flows.rl`, `flows.nowhere`, `engines.trainer.lane.TrainerLane.train`, `engines.trainer.lane.TrainerLane.fly`, "
         "`tasks.corpus_path` (a configuration key), `tasks.build`, `~/.cache/tandem-rl/work/<lake>/<run>`, `--storage.root`."

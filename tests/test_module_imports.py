@@ -5,8 +5,9 @@ environment, where vLLM is installed, and its tests start such a server.
 
 The whole source's import graph keeps its rules (tests/import_graph.py): no circle
 anywhere, flows -> tasks -> engines -> storage, no trainer lane -> rollout lane at any
-layer (nor through a chain of imports), no generic env module -> the micro task family. The breaches that stand today are listed
-by name below, so a new one fails and the list only shrinks."""
+layer (nor through a chain of imports), no generic env module -> a task source, and the
+sandbox -> only the env's foundations. The breaches that stand today are listed by name
+below, so a new one fails and the list only shrinks."""
 
 from __future__ import annotations
 
@@ -86,7 +87,9 @@ def test_the_layering_has_no_new_breach() -> None:
         ("tasks.trainer", "tasks.rollout"),
         ("flows.trainer_lane", "flows.rollout_lane"),
         ("flows.trainer_ranks", "engines.rollout.step"),
-        ("engines.env.grader", "engines.env.micro_demos"),
+        ("engines.env.grader", "engines.env.task_sources.micro_demos"),
+        ("engines.env.sandbox.runner", "engines.env.task_sources.corpus"),
+        ("engines.env.sandbox.warm_pytest", "engines.env.grader"),
     ],
 )
 def test_each_layering_rule_fails_on_a_graph_that_breaks_it(src: str, dst: str) -> None:
@@ -99,7 +102,8 @@ def test_the_rules_let_downward_and_same_family_imports_pass() -> None:
         "flows.rl": {"tasks.rollout", "engines.handoff", "storage.fs"},
         "tasks.rollout": {"engines.rollout.lane"},
         "engines.rollout.lane": {"engines.env.grader", "storage.shards"},
-        "engines.env.micro_demos": {"engines.env.micro", "engines.env.session"},
+        "engines.env.task_sources.micro_demos": {"engines.env.task_sources.micro", "engines.env.session"},
+        "engines.env.sandbox.plain_runner": {"engines.env.sandbox.runner", "engines.env.workspace"},
         "engines.trainer.lane": {"engines.handoff"},
     }
     assert breaches(graph) == []

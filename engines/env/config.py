@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from engines.env.sandbox_python import check_python, default_sandbox_python
+from engines.env.sandbox.interpreter import check_python, default_sandbox_python
 
 
 class SandboxLimits(BaseModel):

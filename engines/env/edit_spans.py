@@ -1,8 +1,8 @@
 """The shortest text an edit can name: the fewest whole tokens around a one-line change
 that occur once in their scope (OLD), and what they become (NEW).
 
-Shared by the micro demonstrations (engines/env/micro.py: line_edit) and those of real
-repositories (engines/env/repo_demos.py), so both write `change PATH SCOPE` the same way.
+Shared by the micro demonstrations (engines/env/task_sources/micro.py: line_edit) and those of real
+repositories (engines/env/task_sources/repo_demos.py), so both write `change PATH SCOPE` the same way.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ costs at most N test runs (about 12 ms each for a micro task in a warm sandbox,
 where its plain test functions run without pytest).
 
 This module owns the observation text, so the session (engines/env/session.py)
-and the demonstrations (engines/env/micro_demos.py) render it identically.
+and the demonstrations (engines/env/task_sources/micro_demos.py) render it identically.
 """
 
 from __future__ import annotations

@@ -61,11 +61,11 @@ from engines.env.errors import EnvError, TaskError
 from engines.env.judge import SCRIPT, JudgeSpec, disagreement, judge_command, judge_spec, read_answers
 from engines.env.monitor import MonitorReport, scan
 from engines.env.patches import filter_patch, is_allowed, protected_files
-from engines.env.plain_runner import PlainRun, runs_plain
 from engines.env.report import TestReport, frame_log, report_from_log, report_from_statuses
-from engines.env.sandbox import BwrapRunner, Runner, RunResult, check_caps, make_runner
+from engines.env.sandbox.plain_runner import PlainRun, runs_plain
+from engines.env.sandbox.runner import BwrapRunner, Runner, RunResult, check_caps, make_runner
+from engines.env.sandbox.warm_pytest import WarmPytest, pytest_args
 from engines.env.types import GradeResult, Task
-from engines.env.warm_pytest import WarmPytest, pytest_args
 from engines.env.workspace import Files, Workspace, base_files
 
 

@@ -35,7 +35,7 @@ from engines.env.edits import EditError, apply_edit
 from engines.env.feedback import all_passed, attempt_observation, edit_echo, test_summary, undo_observation
 from engines.env.grader import node_args
 from engines.env.report import frame_log, parse_statuses, report_from_log
-from engines.env.sandbox import Runner, make_runner
+from engines.env.sandbox.runner import Runner, make_runner
 from engines.env.session_tree import SessionTree
 from engines.env.types import GradeResult, StepResult, Task
 from engines.env.views import function_view, page

@@ -36,14 +36,16 @@ _REPO = Path(__file__).resolve().parents[2]
 # expert_parallel.py, full_state.py) are left out: their tests hold them to one rank's
 # weights, and each change of a listed module costs the default run a rebuilt warm start.
 CODE_MODULES = (
-    "engines/env/micro.py",
+    "engines/env/task_sources/micro.py",
     "engines/env/edits.py",
-    "engines/env/micro_demos.py",
-    "engines/env/repo_demos.py",
+    "engines/env/task_sources/edit_forms.py",
+    "engines/env/views.py",
+    "engines/env/task_sources/micro_demos.py",
+    "engines/env/task_sources/repo_demos.py",
     "engines/env/edit_spans.py",
     "engines/env/scopes.py",
     "engines/env/session.py",
-    "engines/env/mutations.py",
+    "engines/env/task_sources/mutations.py",
     "engines/env/feedback.py",
     "engines/model/tiny.py",
     "engines/model/tokenizer.py",
@@ -102,7 +104,7 @@ def warm_start_inputs(
     code: str,
 ) -> dict[str, Any]:
     """Everything a warm start is made of, as plain JSON values. `tasks` identifies the
-    training tasks (engines/env/corpus.py: corpus_id), `code` the modules (code_digest)."""
+    training tasks (engines/env/task_sources/corpus.py: corpus_id), `code` the modules (code_digest)."""
     return {
         "tasks": tasks,
         "demonstrations": dict(demonstrations),

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.edit_gate import classify, figures, run_episodes, token_distance, wilson
-from engines.env.micro import MODULE, generate_micro_tasks, named_function, oracle_action
+from engines.env.task_sources.edit_forms import oracle_action
+from engines.env.task_sources.micro import MODULE, generate_micro_tasks, named_function
 from engines.protocol import Action
 from flows.config import RunConfig
 

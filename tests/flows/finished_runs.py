@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from engines.env.config import EnvConfig
-from engines.env.corpus import save_corpus
 from engines.env.grader import GradingPool
-from engines.env.micro import generate_micro_tasks
+from engines.env.task_sources.corpus import save_corpus
+from engines.env.task_sources.micro import generate_micro_tasks
 from engines.inference.types import Episode
 from engines.rollout.step import GradeCache, episodes_table, grade_episodes
 from flows.config import RunConfig

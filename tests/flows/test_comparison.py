@@ -41,7 +41,7 @@ def test_each_held_out_kind_is_compared_on_its_own_tasks():
     import json
     from dataclasses import replace
 
-    from engines.env.micro import generate_micro_tasks
+    from engines.env.task_sources.micro import generate_micro_tasks
     from flows.comparison import group_rows, heldout_groups
 
     base = replace(generate_micro_tasks(1, seed=3)[0], env_name="swe", split="heldout")

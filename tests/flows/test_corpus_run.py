@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.env.corpus import load_corpus
-from engines.env.splits import heldout_kind
+from engines.env.task_sources.corpus import load_corpus
+from engines.env.task_sources.splits import heldout_kind
 from storage import checkpoints
 from storage.fs import open_store
 from storage.query import connect

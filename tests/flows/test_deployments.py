@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from engines.env.corpus import load_corpus
+from engines.env.task_sources.corpus import load_corpus
 from flows.artifacts import curve_key, steps_key
 from storage import checkpoints, runs
 from storage.fs import open_store

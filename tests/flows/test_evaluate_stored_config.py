@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import flows.evaluate as evaluate_flow
-from engines.env.micro import generate_micro_tasks
+from engines.env.task_sources.micro import generate_micro_tasks
 from flows.config import RunConfig, RunEnvConfig, RunInferenceConfig
 from flows.config_loader import load_config
 from flows.evaluate import CALLERS_OWN, explicit_fields, stored_config, with_stored_settings

@@ -317,7 +317,7 @@ def test_each_corpus_task_option_changes_the_runs_draw(tmp_path: Path) -> None:
     and eval.tasks above the held-out share is refused by name."""
     from dataclasses import replace
 
-    from engines.env.corpus import load_corpus, save_corpus
+    from engines.env.task_sources.corpus import load_corpus, save_corpus
     from flows.config_loader import load_config
     from flows.runtime import corpus_draw
     from tasks.corpus import draw_corpus

@@ -44,8 +44,8 @@ OUTAGE_S = 30.0  # the S3 endpoint gone mid-run (the issue's 30-60 s)
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three tinydb tasks (the corpus cache's, as `real_corpus`), one held out for evaluation."""
-    from engines.env.builder import BuildConfig, build_corpus
     from engines.env.config import EnvConfig
+    from engines.env.task_sources.builder import BuildConfig, build_corpus
 
     out = tmp_path_factory.mktemp("trial-corpus")
     env = EnvConfig(workers=2, scratch_dir=str(out / "scratch"))

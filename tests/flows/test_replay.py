@@ -15,8 +15,8 @@ import torch
 from safetensors.torch import load_file
 
 from engines.env.config import EnvConfig
-from engines.env.corpus import run_tasks
 from engines.env.grader import GradingPool
+from engines.env.task_sources.corpus import run_tasks
 from engines.rollout.rescore import agreement, rescore_episodes
 from engines.rollout.step import GradeCache
 from storage import checkpoints, shards

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines.env.micro import generate_micro_tasks
+from engines.env.task_sources.micro import generate_micro_tasks
 from engines.trainer.warm_start_cache import warm_start_key
 from flows.config import RunConfig
 from flows.config_loader import load_config

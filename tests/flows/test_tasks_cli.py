@@ -1,6 +1,6 @@
 from typer.testing import CliRunner
 
-from engines.env.corpus import load_corpus
+from engines.env.task_sources.corpus import load_corpus
 from flows.tasks_cli import app
 
 

@@ -111,7 +111,7 @@ def run_config(root: str) -> Any:
 def warm_start(config: Any, train: list) -> Path:
     """Version 0: the tiny MoE after SFT on the training tasks' demonstrations, as the
     `sft` flow makes it (flows/sft.py), cached under the same kind of key."""
-    from engines.env.micro_demos import feedback_demonstrations
+    from engines.env.task_sources.micro_demos import feedback_demonstrations
     from engines.model.tiny import create_tiny_model
     from engines.protocol import render_messages
     from engines.trainer.sft import sft
@@ -175,7 +175,7 @@ async def _loop(config: Any, store: Any, train: list) -> list[dict[str, Any]]:
 
 def whole_loop(root: Path) -> list[dict[str, Any]]:
     """The seeded run in the lake at `root`; one dict of figures per step."""
-    from engines.env.micro import generate_micro_tasks
+    from engines.env.task_sources.micro import generate_micro_tasks
     from engines.trainer.warm_start_cache import copy_to_store
     from storage import checkpoints
     from storage.fs import open_store

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engines.env.config import EnvConfig, SandboxLimits
-from engines.env.micro import generate_micro_tasks
+from engines.env.task_sources.micro import generate_micro_tasks
 from engines.env.types import Task
 
 # Small limits keep the security battery fast: 5 s wall, 3 s CPU, 256 MiB, 48 processes.

@@ -13,14 +13,14 @@ import random
 
 import pytest
 
-from engines.env.corpus import load_corpus
 from engines.env.grader import targeted_command
-from engines.env.micro import generate_micro_tasks
 from engines.env.patches import filter_patch
 from engines.env.report import frame_log, report_from_log
-from engines.env.sandbox import make_runner
+from engines.env.sandbox.runner import make_runner
+from engines.env.sandbox.warm_pytest import WarmPytest, pytest_args
+from engines.env.task_sources.corpus import load_corpus
+from engines.env.task_sources.micro import generate_micro_tasks
 from engines.env.types import Task
-from engines.env.warm_pytest import WarmPytest, pytest_args
 from engines.env.workspace import Workspace, apply_to_files, base_files, unified_diff
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]

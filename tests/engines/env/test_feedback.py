@@ -8,9 +8,9 @@ import random
 import pytest
 
 from engines.env.grader import GradingPool
-from engines.env.micro import MODULE
-from engines.env.micro_demos import feedback_messages, local_statuses, wrong_edits
 from engines.env.session import EnvSession
+from engines.env.task_sources.micro import MODULE
+from engines.env.task_sources.micro_demos import feedback_messages, local_statuses, wrong_edits
 from engines.rollout.step import GradeCache, pool_tester
 
 pytestmark = [pytest.mark.sandbox]

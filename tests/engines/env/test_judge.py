@@ -188,8 +188,8 @@ def test_the_grader_rejects_what_only_the_values_show_and_keeps_real_fixes(env_c
 def test_both_routes_of_the_judge_answer_in_the_sandbox_without_pytest(env_config, micro_tasks, tmp_path):
     """The warm judge server (a fork per call) and the cold command (tasks whose test
     command sets its own PYTHONPATH) give the same answer, and neither has pytest loaded."""
-    from engines.env.sandbox import BwrapRunner
-    from engines.env.warm_pytest import WarmPytest
+    from engines.env.sandbox.runner import BwrapRunner
+    from engines.env.sandbox.warm_pytest import WarmPytest
 
     (tmp_path / "m.py").write_text(
         "import sys\n\ndef f(a):\n    return [a, sorted(m for m in sys.modules if 'pytest' in m)]\n"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engines.env.micro import generate_micro_tasks
 from engines.env.monitor import RULES, Flag, MonitorReport, scan, scan_patch
+from engines.env.task_sources.micro import generate_micro_tasks
 from engines.env.workspace import base_files, unified_diff
 
 BASE = "def f(a, b):\n    return a + b\n"

@@ -6,7 +6,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from engines.env.micro import MODULE, generate_micro_tasks, named_function, plausible_edits
+from engines.env.task_sources.micro import MODULE, generate_micro_tasks, named_function, plausible_edits
 
 ENGINES = Path(__file__).resolve().parents[3] / "engines"
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from engines.env.cgroup import CgroupCaps
 from engines.env.config import EnvConfig
 from engines.env.errors import SandboxUnavailableError
 from engines.env.grader import GradingPool
-from engines.env.sandbox import make_runner
+from engines.env.sandbox.cgroup import CgroupCaps
+from engines.env.sandbox.runner import make_runner
 from engines.env.types import Task
 from engines.env.workspace import apply_to_files, base_files, unified_diff
 

@@ -5,8 +5,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from engines.env.grader import grade
-from engines.env.micro import oracle_action
 from engines.env.session import EnvSession
+from engines.env.task_sources.edit_forms import oracle_action
 from engines.protocol import render_action
 
 
@@ -88,7 +88,7 @@ def test_a_short_edit_form_fixes_the_task_in_a_session(micro_tasks, env_config, 
 def test_a_refused_change_is_an_observation_and_no_attempt(micro_tasks, env_config, tmp_path):
     """Under edit feedback, a change whose OLD is not in its scope changes nothing and
     costs no attempt; a tested change that fails is rolled back."""
-    from engines.env.micro import named_function
+    from engines.env.task_sources.micro import named_function
     from engines.env.types import GradeResult
 
     task = micro_tasks[4]
@@ -111,7 +111,7 @@ def test_a_refused_change_is_an_observation_and_no_attempt(micro_tasks, env_conf
 
 
 def test_view_of_a_function_shows_its_numbered_lines_only(micro_tasks, env_config):
-    from engines.env.micro import named_function
+    from engines.env.task_sources.micro import named_function
 
     task = micro_tasks[0]
     name = named_function(task)

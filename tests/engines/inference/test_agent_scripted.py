@@ -13,9 +13,9 @@ import pytest
 
 from engines.env.config import EnvConfig
 from engines.env.grader import grade
-from engines.env.micro import generate_micro_tasks
-from engines.env.micro_demos import oracle_messages
 from engines.env.session import EnvSession
+from engines.env.task_sources.micro import generate_micro_tasks
+from engines.env.task_sources.micro_demos import oracle_messages
 from engines.inference.agent import AgentLoop, EpisodeRequest
 from engines.model.chat_format import ChatFormat
 from tests.engines.inference.conftest import small_config

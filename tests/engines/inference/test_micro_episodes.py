@@ -19,8 +19,8 @@ def test_micro_task_episodes_run_token_exact_through_env_sessions(
     pool: Any, run: Any, tokenizer: Any, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     from engines.env.config import EnvConfig
-    from engines.env.micro import generate_micro_tasks
     from engines.env.session import EnvSession
+    from engines.env.task_sources.micro import generate_micro_tasks
 
     env_cfg = EnvConfig(scratch_dir=str(tmp_path))
     tasks = generate_micro_tasks(3, seed=7)

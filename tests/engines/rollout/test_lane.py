@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from engines.env.config import EnvConfig
-from engines.env.micro import generate_micro_tasks
+from engines.env.task_sources.micro import generate_micro_tasks
 from engines.env.types import GradeResult
 from engines.inference.types import Episode
 from engines.rollout.lane import RolloutLane, RolloutSettings

@@ -12,8 +12,9 @@ import pytest
 
 from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
-from engines.env.micro import generate_micro_tasks, oracle_action
 from engines.env.session import EnvSession
+from engines.env.task_sources.edit_forms import oracle_action
+from engines.env.task_sources.micro import generate_micro_tasks
 from engines.env.types import GradeResult
 from engines.inference.types import Episode
 from engines.protocol import render_action

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from engines.env.config import EnvConfig
-from engines.env.micro import generate_micro_tasks
+from engines.env.task_sources.micro import generate_micro_tasks
 from engines.env.types import GradeResult
 from engines.inference.agent import AgentLoop
 from engines.inference.types import Episode

@@ -11,7 +11,7 @@ import pytest
 
 from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
-from engines.env.micro import generate_micro_tasks
+from engines.env.task_sources.micro import generate_micro_tasks
 from engines.rollout.step import GradeCache
 from engines.step_metrics import episode_metrics
 from tests.storage.conftest import make_episodes

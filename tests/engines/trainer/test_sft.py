@@ -69,8 +69,8 @@ def test_sft_lowers_the_loss_and_exports(tiny_model_dir, tmp_path):
 
 @pytest.mark.slow
 def test_sft_on_oracle_demonstrations_lowers_held_out_loss(tiny_model_dir, tmp_path):
-    from engines.env.micro import generate_micro_tasks
-    from engines.env.micro_demos import oracle_messages
+    from engines.env.task_sources.micro import generate_micro_tasks
+    from engines.env.task_sources.micro_demos import oracle_messages
 
     train = [oracle_messages(t) for t in generate_micro_tasks(200, seed=11)]
     held_out = [oracle_messages(t) for t in generate_micro_tasks(20, seed=12, split="heldout")]

@@ -4,7 +4,7 @@ form, not the fixes.
 The micro demonstrator (micro_demos.py: candidate_messages) generalised to the
 builder's tasks. It knows what any reader of the problem statement with the run's hint
 knows, the file and the function (`Class.method`) the bug is in, and it knows the
-builder's mutation kinds (engines/env/mutations.py). Its plausible fixes are those same
+builder's mutation kinds (engines/env/task_sources/mutations.py). Its plausible fixes are those same
 mutations applied to the buggy function, each kind's mirror included (a constant
 moved by one either way), so the fix is one of them whenever the bug's kind is its own
 inverse (an operator, a comparison, `and`/`or`, a constant, swapped operands). It tries
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from engines.env.edit_spans import short_span, with_leading_space
 from engines.env.feedback import all_passed, attempt_observation, undo_observation
 from engines.env.grader import GradingPool
-from engines.env.mutations import Mutation, mutations
 from engines.env.scopes import Definition, innermost, resolve
+from engines.env.task_sources.mutations import Mutation, mutations
 from engines.env.types import Task
 from engines.env.views import function_view, page
 from engines.env.workspace import apply_to_files, base_files, unified_diff

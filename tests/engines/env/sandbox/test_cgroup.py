@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from engines.env.cgroup import DEFAULT_ROOT, CgroupCaps, unavailable, v2_root
 from engines.env.config import EnvConfig, SandboxLimits
 from engines.env.errors import SandboxUnavailableError
 from engines.env.grader import GradingPool
-from engines.env.sandbox import make_runner
+from engines.env.sandbox.cgroup import DEFAULT_ROOT, CgroupCaps, unavailable, v2_root
+from engines.env.sandbox.runner import make_runner
 
 
 @pytest.mark.sandbox

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from engines.env.corpus import export_jsonl, import_jsonl, load_corpus, save_corpus
 from engines.env.errors import TaskError
+from engines.env.task_sources.corpus import export_jsonl, import_jsonl, load_corpus, save_corpus
 
 
 def test_corpus_round_trips_through_parquet(micro_tasks, tmp_path):

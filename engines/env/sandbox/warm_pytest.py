@@ -37,10 +37,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from engines.env.cgroup import CgroupCaps
 from engines.env.config import EnvConfig
-from engines.env.plain_runner import PlainRun, read_answer
-from engines.env.sandbox import BwrapRunner, RunResult, capped_argv, make_caps
+from engines.env.sandbox.cgroup import CgroupCaps
+from engines.env.sandbox.plain_runner import PlainRun, read_answer
+from engines.env.sandbox.runner import BwrapRunner, RunResult, capped_argv, make_caps
 from engines.lifetime import stop_group
 
 log = logging.getLogger(__name__)

@@ -22,15 +22,14 @@ import pytest
 
 from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool, targeted_command
-from engines.env.micro import MODULE, generate_micro_tasks, mutate_line
-from engines.env.plain_runner import PLAIN_RESULT, read_answer, runs_plain
 from engines.env.report import frame_log, report_from_log, report_from_statuses
-from engines.env.sandbox import make_runner
+from engines.env.sandbox.plain_runner import PLAIN_RESULT, read_answer, runs_plain
+from engines.env.sandbox.runner import make_runner
+from engines.env.sandbox.warm_pytest import SERVER_SCRIPT, WarmPytest, pytest_args
+from engines.env.task_sources.micro import MODULE, generate_micro_tasks, mutate_line
 from engines.env.types import GradeResult, Task
-from engines.env.warm_pytest import SERVER_SCRIPT, WarmPytest, pytest_args
 from engines.env.workspace import Workspace, base_files, unified_diff
-
-from .conftest import FAST_LIMITS
+from tests.engines.env.conftest import FAST_LIMITS
 
 # About 95% decided by the plain runner, the rest left to pytest.
 TASKS = int(os.environ.get("TANDEM_AGREEMENT_TASKS", "400"))

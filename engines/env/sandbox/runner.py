@@ -37,11 +37,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from engines.env.cgroup import CgroupCaps, unavailable
 from engines.env.config import EnvConfig, SandboxLimits
-from engines.env.deps import DEPS_VAR, SANDBOX_DEPS, deps_root
 from engines.env.errors import SandboxUnavailableError
-from engines.env.sandbox_python import SYSTEM_DIRS, python_layout
+from engines.env.sandbox.cgroup import CgroupCaps, unavailable
+from engines.env.sandbox.deps import DEPS_VAR, SANDBOX_DEPS, deps_root
+from engines.env.sandbox.interpreter import SYSTEM_DIRS, python_layout
 from engines.lifetime import signal_group
 
 log = logging.getLogger(__name__)

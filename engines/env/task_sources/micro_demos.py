@@ -23,26 +23,27 @@ demonstration reads exactly like a live episode.
 from __future__ import annotations
 
 import random
+from typing import Literal
 
 from engines.env.config import EnvConfig
 from engines.env.feedback import attempt_observation
-from engines.env.micro import (
+from engines.env.session import EnvSession
+from engines.env.task_sources.edit_forms import VIEWED_FORMS, EditTool, line_edit, oracle_action
+from engines.env.task_sources.micro import (
     MODULE,
     TEST_MODULE,
-    VIEWED_FORMS,
-    DemonstrationKind,
-    EditTool,
-    line_edit,
     mutate_line,
     named_function,
-    oracle_action,
     plausible_edits,
     run_module,
 )
-from engines.env.session import EnvSession
 from engines.env.types import Task
 from engines.env.views import function_view
 from engines.protocol import Action, render_action
+
+# Who writes the warm start's demonstrations: the oracle (the fix,
+# feedback_demonstrations) or the uniform-candidate demonstrator (candidate_demonstrations).
+DemonstrationKind = Literal["oracle", "candidates"]
 
 
 def local_statuses(task: Task, module_source: str) -> dict[str, str]:
@@ -103,7 +104,7 @@ def feedback_messages(
     task: Task, max_attempts: int, wrong: list[tuple[int, str]], tool: EditTool = "edit"
 ) -> list[dict]:
     """An edit-feedback episode: the `wrong` attempts (masked from the loss), then the fix,
-    each written with `tool` (engines/env/micro.py: line_edit)."""
+    each written with `tool` (engines/env/task_sources/micro.py: line_edit)."""
     buggy = task.meta()["files"][MODULE]
     lines = buggy.rstrip("\n").split("\n")
     messages = opening(task, tool)

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from engines.env.config import EnvConfig
-from engines.env.corpus import load_corpus
 from engines.env.grader import GradingPool
+from engines.env.task_sources.corpus import load_corpus
 from engines.env.workspace import unified_diff
 from flows.tasks_cli import app
 

@@ -1,12 +1,12 @@
-"""Held-out splits by project and by task (engines/env/splits.py)."""
+"""Held-out splits by project and by task (engines/env/task_sources/splits.py)."""
 
 from __future__ import annotations
 
 import json
 
-from engines.env.builder import DEFAULT_HELDOUT_PROJECTS, BuildConfig
-from engines.env.sdists import DEFAULT_PINS
-from engines.env.splits import assign_split, heldout_kind, split_kind, task_heldout
+from engines.env.task_sources.builder import DEFAULT_HELDOUT_PROJECTS, BuildConfig
+from engines.env.task_sources.sdists import DEFAULT_PINS
+from engines.env.task_sources.splits import assign_split, heldout_kind, split_kind, task_heldout
 from engines.env.types import Task
 
 

@@ -20,11 +20,11 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from engines.env.builder import test_command
-from engines.env.corpus import SNAPSHOTS, task_from_record
-from engines.env.deps import declared_requirements, ensure_deps
 from engines.env.errors import TaskError
-from engines.env.sources import project_source
+from engines.env.sandbox.deps import declared_requirements, ensure_deps
+from engines.env.task_sources.builder import test_command
+from engines.env.task_sources.corpus import SNAPSHOTS, task_from_record
+from engines.env.task_sources.sources import project_source
 from engines.env.types import Task
 from storage.atomic_dir import atomic_dir
 

@@ -3,8 +3,9 @@ from collections import Counter
 
 import pytest
 
-from engines.env.micro import MODULE, generate_micro_tasks, line_edit, oracle_action
-from engines.env.micro_demos import oracle_messages
+from engines.env.task_sources.edit_forms import line_edit, oracle_action
+from engines.env.task_sources.micro import MODULE, generate_micro_tasks
+from engines.env.task_sources.micro_demos import oracle_messages
 from engines.env.workspace import apply_to_files, base_files
 from engines.protocol import Action, parse_action, render_messages
 
@@ -86,7 +87,7 @@ def test_every_edit_form_writes_the_fix_so_that_it_applies_exactly():
     """On 200 tasks, each form's oracle action parses back to itself and, applied as the
     session applies it, turns the buggy module into the original one."""
     from engines.env.edits import apply_edit
-    from engines.env.micro import EDIT_FORMS
+    from engines.env.task_sources.edit_forms import EDIT_FORMS
     from engines.protocol import render_action
 
     for task in generate_micro_tasks(200, seed=11):
@@ -133,7 +134,7 @@ def test_short_forms_write_only_the_tokens_that_change():
 
 
 def test_plausible_edits_of_the_named_function_hold_the_fix():
-    from engines.env.micro import named_function, plausible_edits
+    from engines.env.task_sources.micro import named_function, plausible_edits
 
     tasks = generate_micro_tasks(300, seed=5)
     held = 0
@@ -151,8 +152,8 @@ def test_plausible_edits_of_the_named_function_hold_the_fix():
 def test_the_candidate_demonstrator_tries_distinct_edits_until_one_passes():
     import random
 
-    from engines.env.micro import named_function, plausible_edits
-    from engines.env.micro_demos import candidate_messages, local_statuses
+    from engines.env.task_sources.micro import named_function, plausible_edits
+    from engines.env.task_sources.micro_demos import candidate_messages, local_statuses
 
     for task in generate_micro_tasks(60, seed=9):
         buggy = task.meta()["files"][MODULE]
@@ -179,9 +180,9 @@ def test_the_candidate_demonstrator_tries_distinct_edits_until_one_passes():
 def test_viewed_change_episodes_view_the_named_function_as_a_live_session_shows_it(env_config, form):
     import random
 
-    from engines.env.micro import named_function
-    from engines.env.micro_demos import candidate_messages, feedback_demonstrations
     from engines.env.session import EnvSession
+    from engines.env.task_sources.micro import named_function
+    from engines.env.task_sources.micro_demos import candidate_messages, feedback_demonstrations
 
     tasks = generate_micro_tasks(20, seed=13)
     demos = feedback_demonstrations(tasks, 3, 0.5, seed=0, tool=form)
@@ -197,7 +198,7 @@ def test_viewed_change_episodes_view_the_named_function_as_a_live_session_shows_
 def test_a_spaced_change_copies_the_tokens_of_the_function_view():
     """OLD on a line of its own: without its leading space its first token is another
     BPE token than the view shows (" +" there, "+" here); spaced_change keeps the space."""
-    from engines.env.micro import named_function
+    from engines.env.task_sources.micro import named_function
     from engines.env.views import function_view
     from engines.model.tokenizer import train_tokenizer
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from engines.env.config import EnvConfig
-from engines.env.corpus import load_corpus
 from engines.env.grader import GradingPool
-from engines.env.sandbox_python import SANDBOX_PYTHON_ENV, python_layout
+from engines.env.sandbox.interpreter import SANDBOX_PYTHON_ENV, python_layout
 from engines.env.session import EnvSession
+from engines.env.task_sources.corpus import load_corpus
 
 pytestmark = [pytest.mark.sandbox]
 

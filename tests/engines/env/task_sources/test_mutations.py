@@ -1,6 +1,6 @@
 import ast
 
-from engines.env.mutations import mutations
+from engines.env.task_sources.mutations import mutations
 
 SOURCE = '''"""A module."""
 
@@ -83,7 +83,7 @@ async def fetch():
 
 
 def test_enclosing_name_is_the_innermost_qualified_scope():
-    from engines.env.mutations import enclosing_name
+    from engines.env.task_sources.mutations import enclosing_name
 
     lines = NESTED.splitlines()
     at = lambda text: lines.index(text) + 1  # noqa: E731

@@ -13,8 +13,8 @@ import pytest
 
 from engines.env.config import EnvConfig
 from engines.env.grader import grade
-from engines.env.selection import select_tasks, with_hint
 from engines.env.session import EnvSession
+from engines.env.task_sources.selection import select_tasks, with_hint
 from engines.env.types import Task
 from tests.real_project import (
     ADD_BUG,

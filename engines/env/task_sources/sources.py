@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engines.env.errors import BuildError
-from engines.env.sdists import SdistPin
+from engines.env.task_sources.sdists import SdistPin
 from engines.env.workspace import read_tree, tree_hash
 
 _NOT_COPIED = (

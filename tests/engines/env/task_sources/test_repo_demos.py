@@ -10,9 +10,9 @@ import pytest
 
 from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
-from engines.env.repo_demos import demonstrable_share, plan, pool_tester, repo_demonstrations, source_texts
-from engines.env.selection import with_hint
 from engines.env.session import EnvSession
+from engines.env.task_sources.repo_demos import demonstrable_share, plan, pool_tester, repo_demonstrations, source_texts
+from engines.env.task_sources.selection import with_hint
 from engines.protocol import render_action
 from tests.real_project import SOURCE, one_bug_task, two_edit_task, write_project
 

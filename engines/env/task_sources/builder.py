@@ -57,17 +57,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from engines.env.config import EnvConfig
-from engines.env.corpus import save_corpus
-from engines.env.deps import declared_requirements, ensure_deps, ensure_task_deps, pythonpath_entry
 from engines.env.errors import BuildError, TaskError
 from engines.env.grader import GradingPool
-from engines.env.mutations import Mutation, enclosing_name, function_starts, mutations
 from engines.env.report import frame_log, parse_statuses
-from engines.env.sandbox import make_runner
-from engines.env.sandbox_python import python_layout
-from engines.env.sdists import DEFAULT_PINS
-from engines.env.sources import ProjectSource, project_source
-from engines.env.splits import assign_split
+from engines.env.sandbox.deps import declared_requirements, ensure_deps, ensure_task_deps, pythonpath_entry
+from engines.env.sandbox.interpreter import python_layout
+from engines.env.sandbox.runner import make_runner
+from engines.env.task_sources.corpus import save_corpus
+from engines.env.task_sources.mutations import Mutation, enclosing_name, function_starts, mutations
+from engines.env.task_sources.sdists import DEFAULT_PINS
+from engines.env.task_sources.sources import ProjectSource, project_source
+from engines.env.task_sources.splits import assign_split
 from engines.env.types import Task
 from engines.env.workspace import Workspace, read_tree, unified_diff
 from storage.atomic import write_file_atomic
@@ -99,13 +99,13 @@ _SKIP_DIRS = {
 DEFAULT_HELDOUT_PROJECTS = ("voluptuous", "tabulate")
 # The modules whose code decides which tasks a project gives (part of each project's key).
 BUILDER_MODULES = (
-    "engines/env/builder.py",
-    "engines/env/mutations.py",
-    "engines/env/sdists.py",
-    "engines/env/sources.py",
-    "engines/env/deps.py",
+    "engines/env/task_sources/builder.py",
+    "engines/env/task_sources/mutations.py",
+    "engines/env/task_sources/sdists.py",
+    "engines/env/task_sources/sources.py",
+    "engines/env/sandbox/deps.py",
 )
-_REPO = Path(__file__).resolve().parents[2]
+_REPO = Path(__file__).resolve().parents[3]
 MANIFESTS = "projects"  # out/projects/<name>-<version>.json: one finished project each
 MANIFEST_FILE = "project.json"  # inside a cache entry, beside its snapshots/
 

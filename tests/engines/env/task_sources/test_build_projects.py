@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from engines.env.config import EnvConfig
-from engines.env.corpus import load_corpus
-from engines.env.deps import declared_requirements
 from engines.env.grader import GradingPool
+from engines.env.sandbox.deps import declared_requirements
+from engines.env.task_sources.corpus import load_corpus
 from flows.tasks_cli import app
 
 CALC = """\

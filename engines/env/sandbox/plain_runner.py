@@ -33,7 +33,7 @@ import keyword
 from dataclasses import dataclass
 
 from engines.env.parse import parse_module
-from engines.env.sandbox import RunResult
+from engines.env.sandbox.runner import RunResult
 from engines.env.types import Task
 from engines.env.workspace import base_files
 

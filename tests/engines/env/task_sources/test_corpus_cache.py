@@ -1,5 +1,5 @@
 """A corpus build resumes project by project and copies projects built before from the
-content cache (engines/env/builder.py): fast tests with a stand-in for the sandboxed
+content cache (engines/env/task_sources/builder.py): fast tests with a stand-in for the sandboxed
 build, and one real build of a tiny project."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from engines.env import builder
-from engines.env.builder import (
+from engines.env.config import EnvConfig
+from engines.env.task_sources import builder
+from engines.env.task_sources.builder import (
     BuildConfig,
     ProjectReport,
     assemble_corpus,
@@ -20,10 +21,9 @@ from engines.env.builder import (
     manifest_path,
     project_key,
 )
-from engines.env.config import EnvConfig
-from engines.env.corpus import load_corpus
-from engines.env.sources import project_source
-from engines.env.splits import heldout_kind
+from engines.env.task_sources.corpus import load_corpus
+from engines.env.task_sources.sources import project_source
+from engines.env.task_sources.splits import heldout_kind
 from engines.env.types import Task
 
 

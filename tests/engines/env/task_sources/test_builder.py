@@ -4,12 +4,12 @@ import json
 
 import pytest
 
-from engines.env.builder import _batches, _runnable, discover, mutant_timeout, stop_after
-from engines.env.corpus import load_corpus
 from engines.env.errors import BuildError
 from engines.env.grader import GradingPool
-from engines.env.mutations import Mutation, function_starts
-from engines.env.sdists import DEFAULT_PINS, SdistPin, _cached_archives
+from engines.env.task_sources.builder import _batches, _runnable, discover, mutant_timeout, stop_after
+from engines.env.task_sources.corpus import load_corpus
+from engines.env.task_sources.mutations import Mutation, function_starts
+from engines.env.task_sources.sdists import DEFAULT_PINS, SdistPin, _cached_archives
 
 
 @pytest.mark.slow
