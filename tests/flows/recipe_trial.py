@@ -9,6 +9,7 @@ what a CPU cannot honour switched off:
 - trainer.router_replay = "on" becomes "auto": the routes it requires come from
   routed-expert capture, switched off above;
 - trainer.export_format = "fp8" becomes "bf16": FP8 weights need GPU kernels to serve;
+- trainer.mixed_precision = "bf16" becomes "fp32", the faster on a CPU;
 - contexts, KV cache, servers, workers, turns and tokens capped (`CAPS`), CUDA graphs off;
 - 2 RL steps of 4 episodes, 1 held-out task evaluated, a warm start of a few SFT steps.
 
@@ -88,6 +89,7 @@ REMOVED = (
 REPLACED: dict[str, tuple[Any, Any]] = {
     "trainer.router_replay": ("on", "auto"),
     "trainer.export_format": ("fp8", "bf16"),
+    "trainer.mixed_precision": ("bf16", "fp32"),
 }
 
 
