@@ -51,7 +51,7 @@ async def rl(config: RunConfig = RunConfig()) -> dict[str, Any]:
         print(f"[tandem] resuming {config.run} with a changed configuration: {change}")
     corpus = _prepare_tasks(config, context)
     runs.record_start(context.store, config.run, start_record(config, "rl", corpus))
-    v0 = warm_start(config, corpus)
+    v0 = warm_start(config, corpus, context)
     if config.lanes.deployed:
         evals = await run_lanes_apart(config, context, v0)
     else:

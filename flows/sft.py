@@ -22,6 +22,7 @@ from prefect.utilities.annotations import quote
 from engines.env.task_sources.corpus import corpus_id, load_corpus
 from engines.env.task_sources.repo_demos import source_texts
 from engines.env.types import Task
+from engines.handoff import RunContext
 from engines.trainer.warm_start_cache import (
     SFT_TRAINER_FIELDS,
     cached,
@@ -31,10 +32,9 @@ from engines.trainer.warm_start_cache import (
 )
 from flows.config import RunConfig
 from flows.devices import device_plan, node_gpus
-from flows.runtime import work_dir
 from storage import checkpoints
 from storage.errors import NotFoundError
-from storage.fs import Store, open_store
+from storage.fs import Store
 from tasks.training import (
     copy_warm_start,
     create_model,
@@ -49,9 +49,9 @@ from tasks.training import (
 
 
 @flow(name="sft", log_prints=True)
-def warm_start(config: RunConfig, corpus_dir: str) -> str:
-    """Return the URI of weight version 0, creating it when needed."""
-    store = open_store(config.storage)
+def warm_start(config: RunConfig, corpus_dir: str, context: RunContext) -> str:
+    """Return the URI of weight version 0 in `context`'s lake, creating it when needed."""
+    store = context.store
     try:
         return checkpoints.get(store, config.run, 0).uri
     except NotFoundError:
@@ -70,16 +70,16 @@ def warm_start(config: RunConfig, corpus_dir: str) -> str:
     uri = checkpoints.weights_uri(store, config.run, 0)
     if config.trainer.sft.cache:
         inputs = cache_inputs(config, train)
-        local = cached(warm_start_key(inputs), lambda out: build(config, train, str(out)), inputs=inputs)
+        local = cached(warm_start_key(inputs), lambda out: build(config, train, str(out), context.work), inputs=inputs)
         copy_warm_start(local, store, uri)
     else:
-        build(config, train, uri, store)
+        build(config, train, uri, context.work, store)
     return publish(store, config.run, 0, -1, uri)
 
 
-def build(config: RunConfig, train: list[Task], out: str, store: Store | None = None) -> str:
-    """Demonstrations of `train`, a fresh tiny model, SFT on them, exported to `out`
-    (a path inside `store` when given, else a local folder). Tasks from real repositories
+def build(config: RunConfig, train: list[Task], out: str, work: Path, store: Store | None = None) -> str:
+    """Demonstrations of `train`, a fresh tiny model (made in the run's `work` folder), SFT
+    on them, exported to `out` (a path inside `store` when given, else a local folder). Tasks from real repositories
     get the candidate demonstrator's episodes and a tokenizer that has read their code."""
     sft = config.trainer.sft
     code: list[str] = []
@@ -97,7 +97,7 @@ def build(config: RunConfig, train: list[Task], out: str, store: Store | None = 
             sft.edit_tool,
             sft.demonstrations,
         )
-    init = create_model(initial_dir(work_dir(config)), quote(demos), config.model.tiny, quote(code))
+    init = create_model(initial_dir(work), quote(demos), config.model.tiny, quote(code))
     if config.tasks.kind == "corpus":  # real code runs long: measured with the tokenizer just trained
         demos = fit_demonstrations(init, quote(demos), config.trainer.seq_len)
     return fine_tune(init, quote(demos), out, config.trainer, store)
