@@ -35,6 +35,7 @@ from engines.env.edits import EditError, apply_edit
 from engines.env.feedback import all_passed, attempt_observation, edit_echo, test_summary, undo_observation
 from engines.env.grader import node_args
 from engines.env.report import frame_log, parse_statuses, report_from_log
+from engines.env.sandbox.deps import command_deps
 from engines.env.sandbox.runner import Runner, make_runner
 from engines.env.session_tree import SessionTree
 from engines.env.types import GradeResult, StepResult, Task
@@ -141,7 +142,8 @@ class EnvSession:
         return edit_echo(action.path, edited.first, edited.new)
 
     def _bash(self, action: Action) -> str:
-        run = self._sandbox().run(action.body, self.tree.root)
+        # The model's command sees the dependency folders its task's tests see, no other.
+        run = self._sandbox().run(action.body, self.tree.root, deps=command_deps(self.task.test_cmd))
         if not run.started:
             return f"error: {run.infra_message}"
         status = "timed out" if run.timed_out else f"exit {run.exit_code}"

@@ -9,10 +9,11 @@ and installed with `pip install --target` into
     <cache>/deps/<key>/          key = sha256 of the sorted requirements + Python version
 
 staged beside it and committed whole (storage/atomic_dir.py), so a folder that exists is complete and
-is shared by every project with the same requirements. The whole deps cache is bound
-read-only into each sandbox at SANDBOX_DEPS (sandbox.py), and a task's test command
-puts its folder on PYTHONPATH through `$TANDEM_DEPS`, which the sandbox sets (the
-unsandboxed backend points it at the host folder). The project itself is never
+is shared by every project with the same requirements. A task's test command puts its
+folder on PYTHONPATH through `$TANDEM_DEPS`, which the sandbox sets; the sandbox binds
+read-only, under SANDBOX_DEPS, only the folders that command names (`command_deps`;
+runner.py), in its test runs and in its episode's bash alike (the unsandboxed backend
+points `$TANDEM_DEPS` at the whole host folder). The project itself is never
 installed: its tests must import the copy under test.
 
 Owns reading requirements and materialising their folder; not resolving conflicts
@@ -25,6 +26,7 @@ import configparser
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,6 +111,13 @@ def ensure_task_deps(tasks: list[Task], python: str = sys.executable) -> int:
     for reqs in wanted:
         ensure_deps(list(reqs), python)
     return len(wanted)
+
+
+def command_deps(command: str) -> tuple[str, ...]:
+    """The dependency folders a (test) command names through `$TANDEM_DEPS/<key>`: the
+    only ones the sandbox shows it, so no episode reads another project's folder (a
+    dependency of one project can be another task's project)."""
+    return tuple(dict.fromkeys(re.findall(rf"\${DEPS_VAR}/([0-9a-f]{{16}})\b", command)))
 
 
 def pythonpath_entry(key: str) -> str:

@@ -4,8 +4,8 @@ What the bubblewrap backend protects against (each is tested):
   - network access: every namespace is unshared; only loopback exists inside;
   - reading or writing outside the repository: the root is empty except read-only
     system directories, the sandbox's Python installation (pytest alone, with the base
-    interpreter's own site-packages shown empty: sandbox_python.py) and the projects'
-    dependency folders (deps.py); the repository copy is the
+    interpreter's own site-packages shown empty: interpreter.py) and the task's own
+    dependency folder (deps.py); the repository copy is the
     only writable bind (at /repo); /tmp is a private tmpfs;
   - fork bombs and memory bombs: cgroup (v2 or v1) pids and memory caps on the whole tree;
   - busy loops and sleeps: CPU-time rlimit, and a wall-clock timeout that kills
@@ -33,6 +33,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -40,7 +41,7 @@ from typing import Protocol
 from engines.env.config import EnvConfig, SandboxLimits
 from engines.env.errors import SandboxUnavailableError
 from engines.env.sandbox.cgroup import CgroupCaps, unavailable
-from engines.env.sandbox.deps import DEPS_VAR, SANDBOX_DEPS, deps_root
+from engines.env.sandbox.deps import DEPS_VAR, SANDBOX_DEPS, command_deps, deps_root
 from engines.env.sandbox.interpreter import SYSTEM_DIRS, python_layout
 from engines.lifetime import signal_group
 
@@ -64,7 +65,12 @@ class RunResult:
 
 
 class Runner(Protocol):
-    def run(self, command: str, repo: Path, extra_env: dict[str, str] | None = None) -> RunResult: ...
+    def run(
+        self, command: str, repo: Path, extra_env: dict[str, str] | None = None, deps: Sequence[str] | None = None
+    ) -> RunResult:
+        """Run `command` in `repo`; `deps`: the dependency folders it may see (None: those
+        the command names, deps.command_deps)."""
+        ...
 
 
 def make_runner(config: EnvConfig) -> Runner:
@@ -88,9 +94,16 @@ class BwrapRunner:
         self.bwrap = bwrap
         self._python = python_layout(config.python)
 
-    def argv(self, repo: Path, status_fd: int | None = None, read_only: dict[str, str] | None = None) -> list[str]:
+    def argv(
+        self,
+        repo: Path,
+        status_fd: int | None = None,
+        read_only: dict[str, str] | None = None,
+        deps: Sequence[str] = (),
+    ) -> list[str]:
         """bubblewrap's arguments up to the command: `repo` read-write at SANDBOX_REPO,
-        `read_only` host paths bound read-only at the given sandbox paths."""
+        `read_only` host paths bound read-only at the given sandbox paths, and the
+        dependency folders `deps` (deps.py keys) at SANDBOX_DEPS."""
         args = [
             self.bwrap,
             "--unshare-all",
@@ -114,8 +127,9 @@ class BwrapRunner:
             args += ["--ro-bind", d, d]
         for d in self._python.hidden:  # e.g. the base interpreter's site-packages: a venv never imports it
             args += ["--tmpfs", d, "--remount-ro", d]
-        # Projects' own dependency folders (deps.py), read-only; absent until a build made one.
-        args += ["--ro-bind-try", str(deps_root()), SANDBOX_DEPS]
+        # The project's own dependency folders (deps.py), read-only; no other project's.
+        for key in deps:
+            args += ["--ro-bind-try", str(deps_root() / key), f"{SANDBOX_DEPS}/{key}"]
         args += ["--bind", str(repo), SANDBOX_REPO, "--chdir", SANDBOX_REPO]
         for host, inside in (read_only or {}).items():
             args += ["--ro-bind", host, inside]
@@ -125,10 +139,12 @@ class BwrapRunner:
             args += ["--setenv", key, value]
         return args
 
-    def run(self, command: str, repo: Path, extra_env: dict[str, str] | None = None) -> RunResult:
+    def run(
+        self, command: str, repo: Path, extra_env: dict[str, str] | None = None, deps: Sequence[str] | None = None
+    ) -> RunResult:
         read_fd, write_fd = os.pipe()
         try:
-            argv = self.argv(repo, write_fd)
+            argv = self.argv(repo, write_fd, deps=command_deps(command) if deps is None else deps)
             for key, value in (extra_env or {}).items():
                 argv += ["--setenv", key, value]
             argv += ["/bin/sh", "-c", command]
@@ -155,7 +171,10 @@ class UnsandboxedRunner:
     def __init__(self, config: EnvConfig):
         self.config = config
 
-    def run(self, command: str, repo: Path, extra_env: dict[str, str] | None = None) -> RunResult:
+    def run(
+        self, command: str, repo: Path, extra_env: dict[str, str] | None = None, deps: Sequence[str] | None = None
+    ) -> RunResult:
+        # No sandbox, no binds: $TANDEM_DEPS is the whole host folder (`deps` cannot narrow it).
         log.warning("running %r WITHOUT a sandbox in %s (allow_unsandboxed=True)", command[:80], repo)
         env = _sandbox_env(self.config.python, str(deps_root())) | {"HOME": str(repo)} | (extra_env or {})
         return _run_capped(["/bin/sh", "-c", command], env, self.config, cwd=str(repo))

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
-from engines.env.sandbox.deps import declared_requirements
+from engines.env.sandbox.deps import SANDBOX_DEPS, declared_requirements
+from engines.env.session import EnvSession
 from engines.env.task_sources.corpus import load_corpus
 from flows.tasks_cli import app
 
@@ -160,3 +161,10 @@ def test_build_skips_a_broken_project_and_saves_the_others_with_their_dependenci
         empty = pool.grade_many([(t, "") for t in tasks])
     assert all(g.resolved for g in gold), gold
     assert not any(e.resolved or e.infra_failure for e in empty), empty
+    # An episode sees its own project's dependency folder, and no other project's (a
+    # dependency of one project can be another task's project).
+    other = tmp_path / "cache" / "deps" / ("f" * 16)
+    (other / "calc").mkdir(parents=True)
+    with EnvSession.open(tasks[0], config) as session:
+        seen = session.step(f"bash\nls {SANDBOX_DEPS}; ls {SANDBOX_DEPS}/{deps[0].name}").observation
+    assert seen.split() == [deps[0].name, *sorted(p.name for p in deps[0].iterdir()), "(exit", "0)"], seen
