@@ -232,7 +232,9 @@ class RunInferenceConfig(InferenceConfig):
         "", description="Filled in by the run with the weights it serves; leave empty (set model.path instead)."
     )
     max_model_len: int = Field(512, ge=16, description="Context length of each server in tokens.")
-    kv_cache_gb: float = Field(0.5, gt=0, description="KV cache per server in GB.")
+    kv_cache_gb: float = Field(
+        0.5, gt=0, description="KV cache in GB: per server on the CPU build, per GPU on a GPU build."
+    )
     max_num_seqs: int = Field(128, ge=1, description="Sequences one server batches at once: a whole step's batch.")
     concurrency_per_server: int = Field(128, ge=1, description="Requests in flight per server.")
     sampling: RunSamplingConfig = Field(default_factory=RunSamplingConfig, description="Sampling of a model turn.")
@@ -489,6 +491,7 @@ class RunConfig(BaseModel):
                 "node, each a run of lanes.trainer_deployment; set lanes.rollout_deployment and "
                 "lanes.trainer_deployment (the README's lanes-apart mode), or trainer.nodes = 1"
             )
+        self._check_hosts()
         if self.lanes.deployed:
             if self.trainer.share_devices:
                 raise ValueError(
@@ -502,6 +505,21 @@ class RunConfig(BaseModel):
                 f"inference.devices {self.inference.devices} and trainer.devices {self.trainer.devices} both list "
                 f"GPU {both}: vLLM's KV cache and the trainer's weights would compete for its memory. Give each its "
                 "own GPUs, or set trainer.share_devices = true for a model small enough to share them"
+            )
+
+    def _check_hosts(self) -> None:
+        """Servers on several machines: one run of lanes.server_deployment per other host."""
+        hosts, lanes = self.inference.hosts, self.lanes
+        if hosts > 1 and (lanes.server_deployment is None or not lanes.deployed):
+            raise ValueError(
+                f"inference.hosts = {hosts}: the servers of hosts 1-{hosts - 1} run as lanes.server_deployment "
+                "('server-host/remote'), beside the two lanes as deployments: set lanes.server_deployment, "
+                "lanes.rollout_deployment and lanes.trainer_deployment (the README's lanes-apart mode), or hosts = 1"
+            )
+        if hosts == 1 and lanes.server_deployment is not None:
+            raise ValueError(
+                f"lanes.server_deployment = {lanes.server_deployment!r} runs the servers of hosts other than the "
+                "rollout lane's, and inference.hosts = 1 has none: raise inference.hosts or remove it"
             )
 
     def _settle_tool_format(self) -> None:

@@ -112,7 +112,8 @@ def _shortage(config: RunConfig, gpus: int) -> str:
         if not trainer.share_devices:
             needs += ", each on GPUs of its own"
     return (
-        f"this node has {gpus} GPU(s): {needs}. Lower those counts, run the servers elsewhere (inference.server_urls), "
+        f"this node has {gpus} GPU(s): {needs}. Lower those counts, spread the servers over more machines "
+        "(inference.hosts), run them elsewhere (inference.server_urls), "
         "or set trainer.share_devices = true for a model small enough for the servers and the trainer to share GPUs"
     )
 

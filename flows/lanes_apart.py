@@ -8,7 +8,10 @@ disk), the Prefect API and HTTP, and no local path:
 - the trainer's resumable state goes into the lake (engines/trainer/lake_state.py),
   so a trainer lane submitted again lands on any machine and resumes at its last step;
 - the rollout host prepares the corpus itself and leaves its result in the lake for
-  the rl flow's summary.
+  the rl flow's summary;
+- with `inference.hosts` > 1, each other host's servers run as `lanes.server_deployment`
+  (flows/server_host.py), reporting through the lake where they are and where each
+  version lies on their disk.
 
 A lane run that crashes or fails is submitted again (`lanes.max_restarts`). A machine
 that dies with its worker leaves its run Running; once the run is marked Crashed
@@ -93,6 +96,9 @@ async def _both_lanes(config: RunConfig, trainer: LaneConfig) -> None:
     for lane in node_lanes(trainer):
         parameters = {"config": lane.model_dump(mode="json"), "metrics": config.metrics.model_dump(mode="json")}
         jobs.append(asyncio.create_task(supervise(lanes.trainer_deployment, parameters, lanes)))
+    for parameters in server_lanes(config):  # the other machines' servers (flows/server_host.py)
+        assert lanes.server_deployment is not None
+        jobs.append(asyncio.create_task(supervise(lanes.server_deployment, parameters, lanes)))
     try:
         done, _ = await asyncio.wait(jobs, return_when=asyncio.FIRST_EXCEPTION)
         for job in done:
@@ -111,6 +117,11 @@ def node_lanes(trainer: LaneConfig) -> list[LaneConfig]:
         trainer.model_copy(update={"trainer": trainer.trainer.model_copy(update={"node_rank": node})})
         for node in range(trainer.trainer.nodes)
     ]
+
+
+def server_lanes(config: RunConfig) -> list[dict[str, Any]]:
+    """The parameters of one server-host run per host other than the rollout lane's."""
+    return [{"config": config.model_dump(mode="json"), "host": h} for h in range(1, config.inference.hosts)]
 
 
 async def supervise(deployment: str, parameters: dict[str, Any], lanes: LanesConfig) -> None:

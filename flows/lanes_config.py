@@ -22,6 +22,12 @@ class LanesConfig(BaseModel):
         description="Run the trainer lane as this deployment ('trainer-lane/remote', work pool tandem-trainer). "
         "None: a child process of the rl flow.",
     )
+    server_deployment: str | None = Field(
+        None,
+        description="With inference.hosts > 1: run each other host's servers as this deployment ('server-host/remote', "
+        "work pool tandem-servers), one flow run per host, on whichever machine's worker picks it up. Needs the two "
+        "lanes deployed too.",
+    )
     max_restarts: int = Field(
         3,
         ge=0,

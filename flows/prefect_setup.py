@@ -12,7 +12,7 @@ from tasks.limits import run_limits
 
 WORK_POOL = "tandem-process"
 # Lanes on different machines (flows/lanes_apart.py): one pool per kind of machine.
-LANE_POOLS = ("tandem-rollout", "tandem-trainer")
+LANE_POOLS = ("tandem-rollout", "tandem-trainer", "tandem-servers")
 
 
 def ensure_limits(run: str) -> None:

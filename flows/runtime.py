@@ -17,6 +17,7 @@ from engines.model.chat_format import ChatFormat
 from engines.model.load import load_tokenizer
 from engines.rollout.lane import RolloutLane, RolloutSettings
 from engines.rollout.prompt_fit import check_prompts_fit
+from engines.rollout.server_hosts import LakeHosts
 from engines.rollout.weight_cache import WeightCache
 from engines.tool_calls import TOOL_SCHEMAS
 from engines.trainer.lane import LaneConfig
@@ -88,7 +89,10 @@ async def open_rollout_lane(
     )
     grader = GradingPool(config.env)
     try:
-        async with ServerPool(inference, version=latest.version) as pool:
+        remote = None
+        if inference.hosts > 1:  # the other hosts' servers, as they report them in the lake
+            remote = LakeHosts(store, config.run, inference.startup_timeout_s, config.lanes.poll_interval_s)
+        async with ServerPool(inference, version=latest.version, remote=remote) as pool:
             yield RolloutLane(
                 store=store,
                 run=config.run,

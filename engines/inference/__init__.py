@@ -13,6 +13,7 @@ TANDEM_VLLM_PYTHON); nothing here imports vLLM. Everything talks to it over HTTP
     batching.py        requests with the same sampling coalesced into one multi-prompt request
     server_pool.py     many servers behind one object: requests, routing, re-sends
     server_fleet.py    the servers' lives: start or attach, stop, crash restarts
+    remote_hosts.py    what the pool asks of its other machines' servers (inference.hosts > 1)
     disaggregation.py  prefill/decode: each request through a prefill server, then a decode server
     weight_update.py   the served weights and their one writer: reload and restart updates, restart-and-verify
     weight_files.py    the folders servers load published weights from, and the digest checks

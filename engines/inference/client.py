@@ -198,6 +198,15 @@ async def health(http: httpx.AsyncClient, url: str) -> bool:
         return False
 
 
+async def finished_requests(http: httpx.AsyncClient, url: str) -> int:
+    """Requests the server at `url` has finished since it started (its Prometheus
+    counter vllm:request_success_total, summed over finish reasons)."""
+    response = await http.get(f"{url}/metrics", timeout=10.0)
+    response.raise_for_status()
+    lines = response.text.splitlines()
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("vllm:request_success_total")))
+
+
 async def served_models(http: httpx.AsyncClient, url: str) -> list[str]:
     data = await _call(http, "GET", f"{url}/v1/models")
     return [m["id"] for m in data["data"]]

@@ -228,6 +228,14 @@ class InferenceConfig(BaseModel):
     num_servers: int = Field(
         1, ge=1, description="Local servers to start when server_urls is empty (data parallel across processes)."
     )
+    hosts: int = Field(
+        1,
+        ge=1,
+        description="Machines the servers run on. The servers (num_servers, or the prefill and decode ones) are "
+        "split evenly and in order: host 0 is the rollout lane's own machine, each other host a run of the server-host "
+        "deployment (lanes.server_deployment) that starts its share, copies every published version into its own "
+        "cache and tells the rollout lane, through the lake, where its servers are and where each version lies.",
+    )
     devices: list[int] | None = Field(
         None,
         description="GPUs of this node the local servers run on, in server order: server i takes the i-th "
@@ -261,7 +269,8 @@ class InferenceConfig(BaseModel):
     kv_cache_gb: float = Field(
         1.0,
         gt=0,
-        description="KV cache per server in GB (VLLM_CPU_KVCACHE_SPACE on CPU; on GPU it sets --kv-cache-memory-bytes).",
+        description="KV cache in GB: per server on vLLM's CPU build (VLLM_CPU_KVCACHE_SPACE), per GPU on a GPU "
+        "build (--kv-cache-memory-bytes).",
     )
     max_num_seqs: int = Field(32, ge=1, description="Sequences one server batches at once (--max-num-seqs).")
     block_size: int | None = Field(
@@ -362,6 +371,8 @@ class InferenceConfig(BaseModel):
             raise ValueError(
                 "cluster.disaggregation starts its own prefill and decode servers: leave server_urls empty"
             )
+        if self.hosts > 1:
+            self._check_hosts()
         if self.cluster.disaggregation is not None and self.num_servers != 1:
             raise ValueError(
                 f"num_servers ({self.num_servers}) is not read with cluster.disaggregation: set "
@@ -370,6 +381,37 @@ class InferenceConfig(BaseModel):
         if self.devices is not None:
             self._check_devices(self.devices)
         return self
+
+    def _check_hosts(self) -> None:
+        """Servers on several machines: started by this code (not given by URL), reloaded
+        in place, and the same number on every host."""
+        if self.server_urls:
+            raise ValueError(
+                f"hosts = {self.hosts} starts servers on {self.hosts} machines, and server_urls attaches servers "
+                "started elsewhere: set one of them"
+            )
+        if self.weight_update == "restart":
+            raise ValueError(
+                f"weight_update='restart' restarts servers from the rollout lane's machine; with hosts = {self.hosts} "
+                "the servers of other machines reload in place: use 'reload'"
+            )
+        if self.host in ("localhost", "::1") or self.host.startswith("127."):
+            raise ValueError(
+                f"hosts = {self.hosts}: servers listen on host = {self.host!r}, which only their own machine reaches: "
+                "set host = '0.0.0.0' (each host's servers are then reached by its host name)"
+            )
+        if self.total_servers % self.hosts:
+            count = "num_servers" if self.cluster.disaggregation is None else "the prefill and decode servers"
+            raise ValueError(
+                f"hosts = {self.hosts} does not divide {count} ({self.total_servers}): every host starts the same "
+                "number of servers"
+            )
+        d = self.cluster.disaggregation
+        if d is not None and d.kv_connector == "ExampleConnector" and d.shared_storage_path is None:
+            raise ValueError(
+                f"cluster.disaggregation with ExampleConnector exchanges KV as files: with hosts = {self.hosts} set "
+                "cluster.disaggregation.shared_storage_path to a folder every host mounts"
+            )
 
     def _check_devices(self, devices: list[int]) -> None:
         """`devices` holds exactly the GPUs the local servers take, each once."""
@@ -387,12 +429,24 @@ class InferenceConfig(BaseModel):
             )
 
     @property
-    def local_servers(self) -> int:
-        """Servers the pool starts on this node (prefill and decode ones with disaggregation)."""
+    def total_servers(self) -> int:
+        """Servers started on all hosts together (prefill and decode ones with disaggregation)."""
         if not self.local:
             return 0
         d = self.cluster.disaggregation
         return self.num_servers if d is None else d.num_prefill_servers + d.num_decode_servers
+
+    @property
+    def local_servers(self) -> int:
+        """Servers started on one host (this node)."""
+        return self.total_servers // self.hosts
+
+    def host_servers(self, host: int) -> range:
+        """Indices (in the order of all servers) of the servers host `host` starts."""
+        if not 0 <= host < self.hosts:
+            raise ValueError(f"host {host} is not one of the {self.hosts} host(s) of inference.hosts")
+        k = self.local_servers
+        return range(host * k, (host + 1) * k)
 
     @property
     def devices_per_server(self) -> int:

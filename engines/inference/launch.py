@@ -18,6 +18,7 @@ from pathlib import Path
 from engines.devices import visible_devices
 from engines.inference.config import ClusterOptions, InferenceConfig
 from engines.inference.disaggregation import kv_transfer_config
+from engines.inference.server_process import reachable_host
 from engines.inference.types import KvRole
 
 VLLM_PYTHON_ENV = "TANDEM_VLLM_PYTHON"
@@ -25,6 +26,7 @@ VLLM_PYTHON_ENV = "TANDEM_VLLM_PYTHON"
 EXTENSION_DIR = Path(__file__).parent / "vllm_extension"
 EXTENSION_CLASS = "tandem_vllm_extension.ExactReloadExtension"
 FORK_ENGINE_ENV = "TANDEM_VLLM_FORK_ENGINE"  # read by the folder's platform plugin
+NIXL_HOST = "VLLM_NIXL_SIDE_CHANNEL_HOST"  # where a server's NIXL side channel is reached
 # vLLM's CPU attention kernels take KV blocks of a multiple of 32 tokens; the smallest
 # one lets prefix caching reuse the most of a re-sent multi-turn context.
 CPU_BLOCK_MULTIPLE = 32
@@ -182,6 +184,11 @@ def server_environment(cfg: InferenceConfig, cpu_build: bool, index: int = 0) ->
     env["VLLM_SERVER_DEV_MODE"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(EXTENSION_DIR), env.get("PYTHONPATH", "")) if p)
     env.update(visible_devices(cfg.server_devices(index)))  # this server's GPUs only (the device plan)
+    d = cfg.cluster.disaggregation
+    if cfg.hosts > 1 and d is not None and d.kv_connector == "NixlConnector" and NIXL_HOST not in env:
+        # A decode server on another machine fetches the prompt's KV from this one through
+        # the side channel this names (vLLM's default, localhost, is this machine only).
+        env[NIXL_HOST] = reachable_host(cfg.host)
     if cpu_build:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gb)))  # whole GB
         env["OMP_NUM_THREADS"] = str(cfg.server_threads)

@@ -1,7 +1,9 @@
 """The servers' lives: start or attach, stop, and recovery after a crash.
 
-Start: N local servers (each its own process group) or given URLs; every process
-started is stopped by `stop()`, also when start-up fails half-way.
+Start: this machine's share of the servers (each its own process group) or given URLs,
+and with `inference.hosts` > 1 the other hosts' servers, attached as their hosts report
+them; every process started here is stopped by `stop()`, also when start-up fails
+half-way. Another host's servers are its own to restart.
 Recovery: a server whose request failed leaves routing and is checked in the
 background (once at a time): healthy again once /health answers, or, when its
 process died, restarted, at most `max_restarts` times, by `bring_up`: the weight
@@ -21,7 +23,7 @@ import httpx
 from engines.inference import client, disaggregation, launch
 from engines.inference.client import ServerUnavailable
 from engines.inference.config import InferenceConfig
-from engines.inference.server_process import LocalServer, ServerSlot, free_port
+from engines.inference.server_process import LocalServer, ServerSlot, free_port, reachable_host
 from engines.inference.types import KvRole
 from engines.inference.weight_files import WeightUpdateError
 
@@ -51,19 +53,23 @@ class ServerFleet:
 
     # ---- start and stop ---------------------------------------------------------
 
-    async def start_local(self) -> None:
-        """Start `num_servers` local servers and wait until all are healthy."""
+    async def start_local(self, host: int = 0) -> None:
+        """Start this machine's servers (host `host` of `inference.hosts`: its share of
+        them, in order) and wait until all are healthy."""
         self.cfg.check_model_dir()
         python = launch.vllm_python()
         cpu_build = launch.is_cpu_build(python)
         launch.check_supported(self.cfg, cpu_build)
-        for i, role in enumerate(disaggregation.server_roles(self.cfg)):
+        roles = disaggregation.server_roles(self.cfg)
+        # Host 0's servers are reached from this machine; another host's from the pool's.
+        name = self.cfg.host if host == 0 else reachable_host(self.cfg.host)
+        for i, index in enumerate(self.cfg.host_servers(host)):  # i: this machine's, index: the run's
             env = launch.server_environment(self.cfg, cpu_build, i)
             port = self.cfg.base_port + i if self.cfg.base_port else free_port(self.cfg.host)
-            url = f"http://{self.cfg.host}:{port}"
-            argv = launch.server_command(self.cfg, python, port, cpu_build, role, self.shared_kv)
-            server = LocalServer(argv, env, url, self.log_dir / f"server-{i}.log")
-            self.slots.append(self._slot(i, url, server, role))
+            url = f"http://{name}:{port}"
+            argv = launch.server_command(self.cfg, python, port, cpu_build, roles[index], self.shared_kv)
+            server = LocalServer(argv, env, url, self.log_dir / f"server-{index}.log")
+            self.slots.append(self._slot(index, url, server, roles[index], host))
             server.start()
         waited = await asyncio.gather(
             *(s.process.wait_healthy(self.cfg.startup_timeout_s) for s in self.slots if s.process)
@@ -83,9 +89,22 @@ class ServerFleet:
                 )
             self.slots.append(self._slot(i, url, None))
 
-    def _slot(self, index: int, url: str, process: LocalServer | None, role: KvRole | None = None) -> ServerSlot:
+    async def attach_host(self, host: int, urls: list[str]) -> None:
+        """Route to the servers host `host` started (inference.hosts), which must answer."""
+        roles = disaggregation.server_roles(self.cfg)
+        indices = self.cfg.host_servers(host)
+        if len(urls) != len(indices):
+            raise ValueError(f"host {host} lists {len(urls)} server(s), but each host starts {len(indices)}")
+        for index, url in zip(indices, urls):
+            if not await client.health(self.http, url):
+                raise ServerUnavailable(f"server {url} of host {host} does not answer GET /health")
+            self.slots.append(self._slot(index, url, None, roles[index], host))
+
+    def _slot(
+        self, index: int, url: str, process: LocalServer | None, role: KvRole | None = None, host: int = 0
+    ) -> ServerSlot:
         semaphore = asyncio.Semaphore(self.cfg.concurrency_per_server)
-        return ServerSlot(index, url, semaphore, process=process, version=self.version, role=role)
+        return ServerSlot(index, url, semaphore, process=process, version=self.version, role=role, host=host)
 
     async def stop(self) -> None:
         """Cancel recoveries and stop every process started here. Safe to call twice."""

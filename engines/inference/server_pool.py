@@ -35,6 +35,7 @@ from engines.inference import disaggregation
 from engines.inference.batching import RequestCoalescer
 from engines.inference.client import CompletionClient, ServerUnavailable
 from engines.inference.config import InferenceConfig
+from engines.inference.remote_hosts import RemoteHosts
 from engines.inference.server_fleet import ServerFleet
 from engines.inference.server_process import ServerSlot
 from engines.inference.types import Completion, SamplingParams
@@ -49,8 +50,12 @@ log = logging.getLogger(__name__)
 class ServerPool:
     """Use as `async with ServerPool(cfg) as pool: ...`, or call start() / close()."""
 
-    def __init__(self, cfg: InferenceConfig, version: int = 0) -> None:
-        """`version`: the weight version of `cfg.model_dir` (a run resumed later starts above 0)."""
+    def __init__(self, cfg: InferenceConfig, version: int = 0, remote: RemoteHosts | None = None) -> None:
+        """`version`: the weight version of `cfg.model_dir` (a run resumed later starts above 0).
+        `remote`: the other machines' servers, with `cfg.hosts` > 1 (remote_hosts.py)."""
+        if cfg.hosts > 1 and remote is None:
+            raise ValueError(f"inference.hosts = {cfg.hosts}: the pool needs the other hosts' reports (RemoteHosts)")
+        self.remote = remote
         self.cfg = cfg
         self.model_name = cfg.served_model_name
         self.log_dir = Path(cfg.log_dir) if cfg.log_dir else Path(tempfile.mkdtemp(prefix="vllm-logs-"))
@@ -68,7 +73,7 @@ class ServerPool:
         # Prefill/decode disaggregation: requests go through a prefill server first (disaggregation.py).
         shared_kv = disaggregation.shared_kv_path(cfg, self.log_dir)
         self.fleet = ServerFleet(cfg, self._http, version, self.log_dir, shared_kv)
-        self.weights = WeightUpdater(self.fleet, self._http, version)
+        self.weights = WeightUpdater(self.fleet, self._http, version, remote)
         self.router = Router(self.fleet.slots)
         self._pd = (
             disaggregation.PrefillDecode(self.client, self.model_name, self.fleet.slots, self.fleet.recover, shared_kv)
@@ -115,9 +120,19 @@ class ServerPool:
                 await self.fleet.start_local()
             else:
                 await self.fleet.attach(self.model_name)
+            if self.remote is not None and self.cfg.hosts > 1:
+                await self._attach_hosts(self.remote)
         except BaseException:
             await self.close()
             raise
+
+    async def _attach_hosts(self, remote: RemoteHosts) -> None:
+        """Route to the other hosts' servers too, each on this pool's weight version."""
+        for host in range(1, self.cfg.hosts):
+            urls = await remote.server_urls(host)
+            await self.fleet.attach_host(host, urls)
+            log.info("host %d: %d server(s) attached (%s)", host, len(urls), ", ".join(urls))
+        await self.weights.align_remote()
 
     async def close(self) -> None:
         """Stop every process this pool started and close connections. Safe to call twice."""

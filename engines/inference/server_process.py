@@ -39,6 +39,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def reachable_host(bind: str) -> str:
+    """The name other machines reach a server listening on `bind` by: this machine's
+    host name for a wildcard address, else the address itself."""
+    return socket.gethostname() if bind in ("0.0.0.0", "::", "") else bind
+
+
 def log_tail(path: Path, lines: int = 25) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -131,6 +137,7 @@ class ServerSlot:
     restarts: int = 0
     recovering: asyncio.Task[None] | None = field(default=None, repr=False)
     role: KvRole | None = None  # prefill (kv_producer) or decode (kv_consumer) server; None: both
+    host: int = 0  # the machine it runs on (inference.hosts): 0 is the pool's own
 
     @property
     def routable(self) -> bool:

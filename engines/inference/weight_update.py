@@ -32,12 +32,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from engines.inference import client
+from engines.inference.remote_hosts import RemoteHosts
 from engines.inference.server_fleet import ServerFleet
 from engines.inference.server_process import ServerSlot, ServerStartError
 from engines.inference.weight_files import (
@@ -62,13 +63,18 @@ class ServedWeights:
     weights_dir: str | None = None  # last directory published to update_weights
     reload_from: str | None = None  # what servers reload for it (weight_files.reload_dir); None: model_dir
     expected: dict[str, str] | None = None  # tensor digests a server that loaded it must report; None: unchecked
+    remote_from: dict[int, str] = field(default_factory=dict)  # other hosts' folders of this version (by host)
 
 
 class WeightUpdater:
     """Updates the fleet's servers to published weights, and brings restarted ones up to them."""
 
-    def __init__(self, fleet: ServerFleet, http: httpx.AsyncClient, version: int) -> None:
+    def __init__(
+        self, fleet: ServerFleet, http: httpx.AsyncClient, version: int, remote: RemoteHosts | None = None
+    ) -> None:
+        """`remote`: where the servers of other hosts (inference.hosts) reload each version from."""
         self.fleet, self.cfg, self.http = fleet, fleet.cfg, http
+        self.remote = remote
         self.served = ServedWeights(version)
         self.mode = "restart" if self.cfg.weight_update == "restart" else "reload"
         fleet.bring_up = self.bring_up
@@ -85,23 +91,62 @@ class WeightUpdater:
         if version < self.served.version:
             raise ValueError(f"weight version {version} is older than the served version {self.served.version}")
         path = path.resolve()
-        checked = self.cfg.verify_checksums and self.cfg.worker_extension
-        expected = await asyncio.to_thread(expected_digests, path) if checked else None
+        expected = await asyncio.to_thread(expected_digests, path) if self._checked else None
         reload_from = None
         if self.mode == "reload":
             staging = self.fleet.log_dir if self.cfg.local else None  # attached servers must see it: beside the weights
             reload_from = str(await asyncio.to_thread(reload_dir, path, Path(self.cfg.model_dir), staging))
             if expected is not None:  # refused here, every server still serving what it served
                 await asyncio.to_thread(verify_files, reload_from, expected)
+        # Each other host's copy, checked there against the export's digests, before any server pauses.
+        remote_from = await self._remote_dirs(version)
         self.served.expected = expected
         self.served.weights_dir = str(path)
         self.served.version = version  # restarts from now on load this version
+        self.served.remote_from = remote_from
         if reload_from is not None:
             self.served.reload_from = reload_from
         await (self._restart_all(path) if self.mode == "restart" else self._reload_all())
         slots = self.fleet.slots
         if self.cfg.verify_checksums and len(slots) > 1:
             await verify_same_weights(self.http, [s.url for s in slots], self.cfg.request_timeout_s)
+
+    @property
+    def _checked(self) -> bool:
+        """Updates are checked against the export (which needs the worker extension)."""
+        return self.cfg.verify_checksums and self.cfg.worker_extension
+
+    async def _remote_dirs(self, version: int) -> dict[int, str]:
+        """Host -> the folder its servers reload `version` from, for every other host."""
+        hosts = sorted({s.host for s in self.fleet.slots if s.host != 0})
+        if not hosts:
+            return {}
+        assert self.remote is not None, "servers of other hosts need a RemoteHosts"
+        dirs = await asyncio.gather(*(self.remote.reload_from(h, version) for h in hosts))
+        return dict(zip(hosts, dirs))
+
+    async def align_remote(self) -> None:
+        """Reload every other host's server that serves another version than the pool's
+        (a host lane started before the pool, on an older or newer version), and resume
+        one a pool that died mid-update left paused."""
+        behind = []
+        for slot in self.fleet.slots:
+            if slot.host == 0:
+                continue
+            if await client.is_paused(self.http, slot.url):
+                await client.resume(self.http, slot.url)
+            if await client.weight_version(self.http, slot.url) != str(self.served.version):
+                behind.append(slot)
+        if not behind:
+            return
+        self.served.remote_from = await self._remote_dirs(self.served.version)
+        await asyncio.gather(*(self._reload(s) for s in behind))
+
+    def _reload_path(self, slot: ServerSlot) -> str:
+        """The folder `slot`'s server reloads the served version from, on its own host."""
+        path = self.served.reload_from if slot.host == 0 else self.served.remote_from.get(slot.host)
+        assert path is not None, f"no folder of version {self.served.version} for host {slot.host}"
+        return path
 
     # ---- one server ------------------------------------------------------------
 
@@ -161,17 +206,15 @@ class WeightUpdater:
 
     async def _reload(self, slot: ServerSlot) -> None:
         served, http = self.served, self.http
-        assert served.reload_from is not None
+        path = self._reload_path(slot)
         await client.pause(http, slot.url)
         try:
-            await client.reload_weights(
-                http, slot.url, served.reload_from, self.cfg.request_timeout_s, self.cfg.worker_extension
-            )
+            await client.reload_weights(http, slot.url, path, self.cfg.request_timeout_s, self.cfg.worker_extension)
             # Before the version, so a server never reports it on other weights. The files were
-            # checked before the pause: here only that it read them.
-            if served.expected is not None:
+            # checked before the pause (another host's by that host): here only that it read them.
+            if served.expected is not None or (slot.host != 0 and self._checked):
                 try:
-                    await verify_loaded_from(http, slot.url, served.reload_from, self.cfg.request_timeout_s)
+                    await verify_loaded_from(http, slot.url, path, self.cfg.request_timeout_s)
                 except WeightUpdateError:
                     slot.verified = False
                     raise

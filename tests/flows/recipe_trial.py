@@ -5,6 +5,8 @@ what a CPU cannot honour switched off:
 
 - inference.cluster (FP8, tensor/data/expert parallel, routed-expert capture,
   prefill/decode disaggregation) and device lists: vLLM's GPU build only;
+- lanes on other machines, servers on several hosts and a trainer over several nodes:
+  the trial is one machine;
 - trainer ranks, FSDP2 and context parallel (one CPU process trains), torch.compile;
 - trainer.router_replay = "on" becomes "auto": the routes it requires come from
   routed-expert capture, switched off above;
@@ -75,6 +77,8 @@ FIXED: dict[str, Any] = {
 REMOVED = (
     "inference.cluster",
     "inference.devices",
+    "inference.hosts",
+    "inference.host",
     "trainer.processes",
     "trainer.parallelism",
     "trainer.expert_parallel_size",
@@ -82,6 +86,8 @@ REMOVED = (
     "trainer.devices",
     "trainer.share_devices",
     "trainer.compile",
+    "trainer.nodes",
+    "trainer.rendezvous",
     "lanes",
 )
 

@@ -40,18 +40,19 @@ def test_the_qwen_recipe_gives_the_server_4_gpus_and_the_trainer_the_other_4() -
     )
 
 
-def test_the_glm_recipe_needs_64_server_gpus_and_says_so_on_an_8_gpu_node() -> None:
+def test_the_glm_recipe_puts_one_8_gpu_server_on_each_of_its_4_hosts() -> None:
     glm = load_recipe(RECIPE["glm5-multinode"])
-    plan = device_plan(glm, gpus=72)
-    assert [s[0] for s in plan.servers] == [0, 16, 32, 48] and {len(s) for s in plan.servers} == {16}
-    assert plan.trainer == tuple(range(64, 72))
+    assert glm.inference.hosts == 4 and glm.inference.total_servers == 4
+    assert [list(glm.inference.host_servers(h)) for h in range(4)] == [[0], [1], [2], [3]]  # prefill on 0-1
+    # Every host (the rollout lane's and each server host's lane) places its one server; the
+    # trainer's 16 nodes are machines of their own.
+    plan = device_plan(glm, gpus=8)
+    assert plan.servers == (tuple(range(8)),) and plan.trainer == ()
+    assert plan.line() == "[tandem] devices (8 GPU(s) on this node): server 0 -> GPU 0-7"
     with pytest.raises(
-        DevicePlanError, match=r"has 8 GPU\(s\): the local servers need 64 \(4 server\(s\) x .* trainer 8"
+        DevicePlanError, match=r"has 4 GPU\(s\): the local servers need 8 \(1 server\(s\) x .*inference.hosts"
     ):
-        device_plan(glm, gpus=8)
-    # With the lanes on other machines the rollout host places its servers only.
-    apart = glm.model_copy(update={"lanes": run_config(*APART).lanes})
-    assert device_plan(apart, gpus=64).trainer == () and len(device_plan(apart, gpus=64).servers) == 4
+        device_plan(glm, gpus=4)
 
 
 @pytest.mark.parametrize("name", ["tiny", "corpus", "repos"])

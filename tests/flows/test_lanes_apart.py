@@ -6,13 +6,16 @@ killed, the rollout host's vLLM server with them), their runs are marked Crashed
 an operator or a heartbeat automation does), and two new machines' workers take the
 resubmitted lanes: the trainer resumes at its last step from the state in the lake,
 the rollout lane at the first step not in the lake. Every step's shard is present exactly once, and the lanes'
-flow runs are children of the rl run (the deployment tests' lanes case). The model is a
+flow runs are children of the rl run (the deployment tests' lanes case). A third machine
+serves half the servers (`inference.hosts = 2`, a server-host deployment): it outlives the
+crash and the new rollout lane attaches its server again. The model is a
 `model.path` folder on the control host: its v0 reaches the other machines through the
 lake, as every later version does."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -64,6 +67,21 @@ def test_a_trainer_over_several_nodes_runs_one_deployed_lane_per_node(tmp_path: 
     per_node = node_lanes(trainer_lane_config(run, "m"))
     assert [lane.trainer.node_rank for lane in per_node] == [0, 1]
     assert {lane.trainer.rendezvous for lane in per_node} == {"trainer-0:29500"}
+
+
+def test_servers_on_other_hosts_run_as_one_deployed_lane_each(tmp_path: Path) -> None:
+    from flows.config import RunConfig
+    from flows.lanes_apart import server_lanes
+
+    hosts = {"hosts": 3, "num_servers": 3, "host": "0.0.0.0"}
+    with pytest.raises(ValueError, match="inference.hosts = 3: .* set lanes.server_deployment"):
+        RunConfig(inference=hosts, lanes=LANES)
+    with pytest.raises(ValueError, match="lanes.server_deployment = 'server-host/remote' .* inference.hosts = 1"):
+        RunConfig(lanes={**LANES, "server_deployment": "server-host/remote"})
+    run = RunConfig(inference=hosts, lanes={**LANES, "server_deployment": "server-host/remote"})
+    lanes = server_lanes(run)
+    assert [lane["host"] for lane in lanes] == [1, 2]
+    assert RunConfig(**lanes[0]["config"]).inference.local_servers == 1
 
 
 class Host:
@@ -128,7 +146,9 @@ def _config(root: str, model: Path) -> dict:
         "eval": {"tasks": 4, "samples": 1},
         "rl": {"steps": STEPS, "batch_size": 8, "group_size": 4, "async_level": 1},
         "trainer": {"packing": False, "micro_batch_rows": 16, "seq_len": 512},
-        "lanes": {**LANES, "poll_interval_s": 1.0},
+        # Two vLLM hosts: the rollout lane's machine and a server host (one server each).
+        "inference": {"hosts": 2, "num_servers": 2, "host": "0.0.0.0"},
+        "lanes": {**LANES, "server_deployment": "server-host/remote", "poll_interval_s": 1.0},
     }
 
 
@@ -200,6 +220,8 @@ def apart_run(
         "control": Host(tmp_path / "control", "tandem-process", env),
         "rollout": Host(tmp_path / "rollout", "tandem-rollout", env),
         "trainer-a": Host(tmp_path / "trainer-a", "tandem-trainer", env),
+        # Its server on the other core than the rollout host's (each binds its first local core).
+        "servers": Host(tmp_path / "servers", "tandem-servers", {**env, "VLLM_CPU_OMP_THREADS_BIND": "1"}),
     }
     killed_at = None
     try:
@@ -288,6 +310,32 @@ def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(apart_ru
 @pytest.mark.s3
 @pytest.mark.prefect
 @pytest.mark.vllm
+@pytest.mark.cluster
+@pytest.mark.timeout(900)
+def test_a_server_host_serves_both_rollout_lanes_from_its_own_copies(apart_run: dict[str, Any]) -> None:
+    """inference.hosts = 2: the server host outlived the rollout host's crash, the new
+    rollout lane attached its server again, and every version reached it through its own
+    checked copy, the last one loaded by the new lane."""
+    assert apart_run["state"].is_completed()
+    log = apart_run["logs"]["servers"]
+    done = re.search(r"host 1: (\d+) requests served, versions staged \[([\d, ]+)\], serving \[(\d+)\]", log)
+    assert done, log[-4000:]
+    requests, staged, serving = int(done[1]), [int(v) for v in done[2].split(",")], int(done[3])
+    assert requests > 0
+    assert staged == list(range(staged[0], STEPS + 1)), staged  # every version from its start on, in order
+    assert serving == STEPS  # only a pool reloads it: the lane that outlived the crash
+    # Its copies are in its own HOME's cache, not the rollout host's.
+    work = Path(".cache/tandem-rl/work") / lake_folder(apart_run["store"].url())
+    cache = apart_run["homes"]["servers"] / work / RUN / "host-1" / "weights"
+    assert 1 <= len([p for p in cache.iterdir() if p.name.startswith("v")]) <= 3
+    record = json.loads(apart_run["store"].fs.cat_file(apart_run["store"].path(RUN, "servers", "host-1.json")))
+    assert len(record["urls"]) == 1 and str(STEPS) in record["staged"]
+
+
+@pytest.mark.slow
+@pytest.mark.s3
+@pytest.mark.prefect
+@pytest.mark.vllm
 @pytest.mark.sandbox
 @pytest.mark.deployments
 @pytest.mark.timeout(900)
@@ -304,7 +352,7 @@ def test_lanes_as_deployments_run_under_the_rl_run(apart_run: dict[str, Any]) ->
         temporary_settings(updates={PREFECT_API_URL: apart_run["env"]["PREFECT_API_URL"]}),
         get_client(sync_client=True) as client,
     ):
-        for flow_name in ("rollout-host", "trainer-lane"):
+        for flow_name in ("rollout-host", "trainer-lane", "server-host"):
             children[flow_name] = client.read_flow_runs(
                 flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name])),
                 flow_run_filter=FlowRunFilter(
@@ -313,3 +361,4 @@ def test_lanes_as_deployments_run_under_the_rl_run(apart_run: dict[str, Any]) ->
             )
     assert sorted(c.state.type.value for c in children["rollout-host"]) == ["COMPLETED", "CRASHED"]
     assert sorted(c.state.type.value for c in children["trainer-lane"]) == ["COMPLETED", "CRASHED"]
+    assert [c.state.type.value for c in children["server-host"]] == ["COMPLETED"]  # its machine never died

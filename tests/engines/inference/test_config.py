@@ -201,3 +201,26 @@ def test_one_cpu_rank_runs_its_model_in_the_engine_process(monkeypatch: pytest.M
     with pytest.raises(launch.UnsupportedOption, match="--distributed-executor-backend"):
         launch.check_supported(InferenceConfig(model_dir="m", cluster=passed), cpu_build=True)
     launch.check_supported(InferenceConfig(model_dir="m", cluster=passed), cpu_build=False)  # vLLM's to choose on GPUs
+
+
+def test_servers_on_several_hosts_split_evenly_and_refuse_what_cannot_reach_them() -> None:
+    pd = {"disaggregation": {"kv_connector": "NixlConnector", "num_prefill_servers": 2, "num_decode_servers": 2}}
+    cfg = InferenceConfig(model_dir="m", hosts=4, host="0.0.0.0", cluster={"tensor_parallel_size": 8, **pd})
+    assert cfg.total_servers == 4 and cfg.local_servers == 1 and cfg.local_devices == 8
+    assert [list(cfg.host_servers(h)) for h in range(4)] == [[0], [1], [2], [3]]  # prefill on hosts 0-1
+    with pytest.raises(ValueError, match="host 4 is not one of the 4"):
+        cfg.host_servers(4)
+    env = launch.server_environment(cfg, cpu_build=False)
+    assert env[launch.NIXL_HOST] not in ("localhost", "127.0.0.1", "0.0.0.0")  # reached from the decode hosts
+    with pytest.raises(ValidationError, match=r"hosts = 2 does not divide num_servers \(3\)"):
+        InferenceConfig(model_dir="m", hosts=2, host="0.0.0.0", num_servers=3)
+    with pytest.raises(ValidationError, match="host = '127.0.0.1', which only their own machine reaches"):
+        InferenceConfig(model_dir="m", hosts=2, num_servers=2)
+    with pytest.raises(ValidationError, match="set one of them"):
+        InferenceConfig(model_dir="m", hosts=2, host="0.0.0.0", server_urls=["http://a:8000"])
+    with pytest.raises(ValidationError, match="weight_update='restart' .* use 'reload'"):
+        InferenceConfig(model_dir="m", hosts=2, host="0.0.0.0", num_servers=2, weight_update="restart")
+    with pytest.raises(ValidationError, match="set cluster.disaggregation.shared_storage_path"):
+        InferenceConfig(
+            model_dir="m", hosts=2, host="0.0.0.0", cluster={"disaggregation": {"kv_connector": "ExampleConnector"}}
+        )
