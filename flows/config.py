@@ -313,6 +313,14 @@ class RunSFTConfig(SFTConfig):
         "own order: a corpus of a few hundred tasks gives few demonstrations otherwise. Micro runs write one per "
         "task (4,000 tasks): refused there.",
     )
+    micro_demonstrations: int = Field(
+        0,
+        ge=0,
+        description="Micro-task demonstrations (as a micro run's warm start writes them: `demonstrations`, "
+        "`edit_tool`) mixed into a corpus run's warm start (tasks.kind = corpus): short episodes of the same tools, "
+        "many of them for one repository episode's tokens, in which the model copies the statement's function name "
+        "and OLD from the view. 0: repository demonstrations only. Refused for micro runs.",
+    )
     cache: bool = Field(
         True,
         description="Reuse a warm start made of the same inputs (tasks, demonstration and SFT settings, model shape, "
@@ -470,6 +478,11 @@ class RunConfig(BaseModel):
             raise ValueError(
                 "trainer.sft.demonstrations_per_task applies to repository tasks (tasks.kind = 'corpus'); micro runs "
                 "write one demonstration per generated task: remove the key, or raise tasks.train_tasks"
+            )
+        if self.tasks.kind == "micro" and self.trainer.sft.micro_demonstrations:
+            raise ValueError(
+                "trainer.sft.micro_demonstrations mixes micro demonstrations into a corpus run's warm start "
+                "(tasks.kind = 'corpus'); a micro run's warm start is all micro demonstrations: remove the key"
             )
         if self.trainer.sft.demonstrations == "candidates" and not self.env.edit_attempts:
             raise ValueError(

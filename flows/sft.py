@@ -20,6 +20,7 @@ from prefect import flow
 from prefect.utilities.annotations import quote
 
 from engines.env.task_sources.corpus import corpus_id, load_corpus
+from engines.env.task_sources.micro import generate_micro_tasks
 from engines.env.task_sources.repo_demos import source_texts
 from engines.env.types import Task
 from engines.handoff import RunContext
@@ -88,19 +89,34 @@ def build(config: RunConfig, train: list[Task], out: str, work: Path, store: Sto
             quote(train), config.env.edit_attempts, config.tasks.seed, config.env, sft.demonstrations_per_task
         )
         code = source_texts(train)
+        if mixed := mixed_micro_tasks(config):  # the same tools on short generated tasks
+            demos = [*demos, *micro_demonstrations(config, mixed)]
     else:
-        demos = demonstrations(
-            quote(train),
-            config.env.edit_attempts,
-            sft.failed_attempt_share,
-            config.tasks.seed,
-            sft.edit_tool,
-            sft.demonstrations,
-        )
+        demos = micro_demonstrations(config, train)
     init = create_model(initial_dir(work), quote(demos), config.model.tiny, quote(code))
     if config.tasks.kind == "corpus":  # real code runs long: measured with the tokenizer just trained
         demos = fit_demonstrations(init, quote(demos), config.trainer.seq_len)
     return fine_tune(init, quote(demos), out, config.trainer, store)
+
+
+def mixed_micro_tasks(config: RunConfig) -> list[Task]:
+    """The micro tasks whose demonstrations a corpus run's warm start mixes in
+    (trainer.sft.micro_demonstrations; none for a micro run)."""
+    n = config.trainer.sft.micro_demonstrations
+    return generate_micro_tasks(n, config.tasks.seed) if n and config.tasks.kind == "corpus" else []
+
+
+def micro_demonstrations(config: RunConfig, tasks: list[Task]) -> list[list[dict]]:
+    """The micro warm start's demonstrations of `tasks`."""
+    sft = config.trainer.sft
+    return demonstrations(
+        quote(tasks),
+        config.env.edit_attempts,
+        sft.failed_attempt_share,
+        config.tasks.seed,
+        sft.edit_tool,
+        sft.demonstrations,
+    )
 
 
 def cache_inputs(config: RunConfig, train: list[Task]) -> dict:

@@ -10,7 +10,7 @@ from engines.env.task_sources.micro import generate_micro_tasks
 from engines.trainer.warm_start_cache import warm_start_key
 from flows.config import RunConfig
 from flows.config_loader import load_config
-from flows.sft import cache_inputs
+from flows.sft import cache_inputs, mixed_micro_tasks
 
 TRAIN = generate_micro_tasks(6, seed=0)
 
@@ -70,3 +70,15 @@ def test_other_training_tasks_change_the_key() -> None:
 )
 def test_rl_settings_and_settings_that_change_no_weight_keep_the_key(override: list[str]) -> None:
     assert key(*override) == key()
+
+
+def test_a_corpus_run_mixes_in_the_micro_tasks_it_asks_for_and_keys_them() -> None:
+    corpus = ["--tasks.kind", "corpus", "--tasks.corpus_path", "c/", "--env.feedback", "keep"]
+    plain = load_config(RunConfig, None, corpus)
+    mixed = load_config(RunConfig, None, [*corpus, "--trainer.sft.micro_demonstrations", "5"])
+    assert mixed_micro_tasks(plain) == []
+    tasks = mixed_micro_tasks(mixed)
+    assert len(tasks) == 5 and {t.env_name for t in tasks} == {t.env_name for t in TRAIN}
+    assert warm_start_key(cache_inputs(mixed, TRAIN)) != warm_start_key(cache_inputs(plain, TRAIN))
+    with pytest.raises(ValueError, match="trainer.sft.micro_demonstrations mixes micro demonstrations"):
+        load_config(RunConfig, None, ["--trainer.sft.micro_demonstrations", "5"])

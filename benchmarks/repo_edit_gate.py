@@ -1,0 +1,242 @@
+"""The edit gate on tasks from real repositories: can the warm start of a corpus run
+(`--config configs/repos.toml`) write an edit in code it never trained on?
+
+It builds the run's warm start, or takes it from the warm-start cache under the key the
+run uses (flows/sft.py), then plays greedy episodes of the held-out tasks in-process
+(transformers `generate`, the real EnvSession, views and the repository protocol as a
+run has them) up to the episode's first edit, which it classifies without running a
+test. Each figure is a share of the probed tasks, with a 95% Wilson interval, for the
+held-out projects (code never trained on) and the held-out tasks of training projects
+apart:
+
+  first_edit          an edit (change, replace or edit) within the episode's turns
+  named_view          a view of the function the statement names came before it
+  scope_named         the edit names that function (a `change` by scope)
+  old_in_function     its OLD occurs in that function
+  applied             the edit applies (OLD found once where it says)
+  gate                applied, and every changed line inside the named function
+  buggy_line          the changed line is the mutated one
+
+    python -m benchmarks.repo_edit_gate --config configs/repos.toml [--tasks 200]
+        [--run-args --tasks.corpus_path corpus/small --trainer.sft.max_steps 600 ...]
+
+Appends a row to the `experiments` table (benchmarks/learning.py). The last line
+printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from prefect import flow
+
+from benchmarks.edit_gate import wilson
+from benchmarks.learning import record_experiment
+from engines.env.edits import Edited, apply_edit
+from engines.env.scopes import resolve
+from engines.env.session import EnvSession
+from engines.env.task_sources.corpus import load_corpus
+from engines.env.types import Task
+from engines.model.load import load_moe_causal_lm, load_tokenizer
+from engines.protocol import EDIT_TOOLS, END, Action, parse_action, render_messages
+from engines.trainer.warm_start_cache import cached, warm_start_key
+from flows.config import RunConfig
+from flows.config_loader import load_config
+from flows.runtime import corpus_draw
+from flows.sft import build, cache_inputs
+from tasks.corpus import draw_corpus
+
+_BATCH = 16  # real-code prompts run to 2,000 tokens: a smaller batch than the micro gate's
+
+
+def classify(task: Task, files: dict[str, list[str]], viewed: list[str], action: Action | None) -> dict[str, bool]:
+    """What the first edit `action` (None: no edit) does to the task's buggy file."""
+    meta = task.meta()
+    path, function = meta["file"], meta.get("function") or ""
+    out = dict.fromkeys(
+        ("first_edit", "named_view", "scope_named", "old_in_function", "applied", "gate", "buggy_line"), False
+    )
+    if action is None:
+        return out
+    out["first_edit"] = True
+    lines = files[path]
+    span = resolve(lines, function) if function else "no function"
+    inside = (span.first, span.last) if not isinstance(span, str) else None
+    names = lambda scope: inside is not None and bool(scope) and resolve(lines, scope) == span  # noqa: E731
+    out["named_view"] = any(names(scope) for scope in viewed)
+    out["scope_named"] = action.tool == "change" and action.line is None and names(action.scope)
+    if inside is not None and action.old:
+        out["old_in_function"] = action.old in "\n".join(lines[inside[0] - 1 : inside[1]])
+    if action.path != path:
+        return out
+    edited = apply_edit(path, lines, action)
+    if not isinstance(edited, Edited):
+        return out
+    out["applied"] = True
+    changed = [i for i, (a, b) in enumerate(zip(lines, edited.lines), 1) if a != b]
+    if len(edited.lines) != len(lines) or not changed:
+        return out
+    out["gate"] = inside is not None and all(inside[0] <= i <= inside[1] for i in changed)
+    out["buggy_line"] = changed == [meta.get("line")]
+    return out
+
+
+@torch.no_grad()
+def greedy_turns(model, tokenizer, chats: list[list[dict[str, str]]], max_new: int) -> list[str]:
+    """The next assistant turn of each conversation, greedy, without its end token."""
+    end = tokenizer.convert_tokens_to_ids(END)
+    tokenizer.padding_side = "left"
+    out: list[str] = []
+    for i in range(0, len(chats), _BATCH):
+        texts = [render_messages(c, add_generation_prompt=True) for c in chats[i : i + _BATCH]]
+        enc = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
+        ids = model.generate(
+            **enc, max_new_tokens=max_new, do_sample=False, eos_token_id=end, pad_token_id=tokenizer.pad_token_id
+        )
+        for row in ids[:, enc["input_ids"].shape[1] :].tolist():
+            row = row[: row.index(end)] if end in row else row
+            out.append(tokenizer.decode(row, skip_special_tokens=True))
+    return out
+
+
+def first_edits(model_dir: Path, tasks: list[Task], config: RunConfig, scratch: Path) -> list[dict[str, Any]]:
+    """Greedy episodes of `tasks` up to each one's first edit (not applied: no test runs)."""
+    model, tokenizer = load_moe_causal_lm(str(model_dir)), load_tokenizer(str(model_dir))
+    model.eval()
+    env = config.env.model_copy(update={"scratch_dir": str(scratch)})
+    sessions = [EnvSession.open(t, env) for t in tasks]
+    chats = [[{"role": "user", "content": s.prompt()}] for s in sessions]
+    viewed: list[list[str]] = [[] for _ in tasks]
+    results: list[dict[str, Any] | None] = [None] * len(tasks)
+    actions: list[Counter] = [Counter() for _ in tasks]
+    active = list(range(len(tasks)))
+    limits = config.inference
+    for _ in range(limits.limits.max_turns):
+        texts = greedy_turns(model, tokenizer, [chats[i] for i in active], limits.sampling.max_tokens_per_turn)
+        still = []
+        for i, text in zip(active, texts):
+            action = parse_action(text)
+            tool = action.tool if isinstance(action, Action) else "invalid"
+            actions[i][tool] += 1
+            if isinstance(action, Action) and action.tool in EDIT_TOOLS:
+                results[i] = classify(tasks[i], _files(sessions[i], tasks[i]), viewed[i], action)
+                continue
+            if isinstance(action, Action) and action.tool == "view" and action.scope:
+                viewed[i].append(action.scope)
+            result = sessions[i].step(text)
+            if not result.done:
+                chats[i] += [{"role": "assistant", "content": text}, {"role": "tool", "content": result.observation}]
+                still.append(i)
+        active = still
+        if not active:
+            break
+    for s in sessions:
+        s.close()
+    return [
+        {"task": t, "first": r or classify(t, {}, [], None), "actions": dict(a)}
+        for t, r, a in zip(tasks, results, actions)
+    ]
+
+
+def _files(session: EnvSession, task: Task) -> dict[str, list[str]]:
+    path = task.meta()["file"]
+    return {path: session.tree.read_bytes(path).decode().rstrip("\n").split("\n")}
+
+
+def figures(results: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(results)
+    out: dict[str, Any] = {"tasks": n}
+    if not n:
+        return out
+    for name in results[0]["first"]:
+        k = sum(r["first"][name] for r in results)
+        out[name] = round(k / n, 3)
+        out[f"{name}_interval"] = wilson(k, n)
+    turns = Counter()
+    for r in results:
+        turns.update(r["actions"])
+    out["turns"] = dict(turns.most_common())
+    return out
+
+
+@flow(name="repo-edit-gate", log_prints=True)
+def probe(config: RunConfig, count: int, work: Path) -> tuple[dict[str, Any], str, float | None]:
+    """The gate's figures by split, the warm start's folder, and its build seconds (None: cached)."""
+    corpus = draw_corpus(config.tasks.corpus_path, str(work / "corpus"), corpus_draw(config))
+    tasks = load_corpus(corpus)
+    train = [t for t in tasks if t.split == "train"]
+    heldout = [t for t in tasks if t.split == "heldout"][:count]
+    inputs = cache_inputs(config, train)
+    start, built = time.monotonic(), []
+
+    def make(out: Path) -> None:
+        build(config, train, str(out), work)
+        built.append(True)
+
+    folder = cached(warm_start_key(inputs), make, inputs=inputs)
+    build_s = round(time.monotonic() - start, 1) if built else None
+    trained = {t.repo for t in train}
+    results = first_edits(folder, heldout, config, work / "scratch")
+    out = {
+        "heldout_projects": figures([r for r in results if r["task"].repo not in trained]),
+        "heldout_tasks": figures([r for r in results if r["task"].repo in trained]),
+        "all": figures(results),
+    }
+    return out, str(folder), build_s
+
+
+def main() -> None:
+    args = parse_args()
+    started_at, start = datetime.now(UTC), time.monotonic()
+    config = load_config(RunConfig, args.config, args.run_args)
+    work = Path(tempfile.mkdtemp(prefix="repo-edit-gate-"))
+    by_split, folder, build_s = probe(config, args.tasks, work)
+    sft = config.trainer.sft
+    result = {
+        "bench": "repo_edit_gate",
+        "gate_heldout_projects": by_split["heldout_projects"].get("gate"),
+        "gate_heldout_tasks": by_split["heldout_tasks"].get("gate"),
+        **by_split,
+        "sft_steps": sft.max_steps,
+        "warm_start_build_s": build_s,
+        "probe_s": round(time.monotonic() - start - (build_s or 0), 1),
+    }
+    settings = {"run_args": args.run_args, "config_file": args.config, "warm_start": folder}
+    name = args.name or f"repo-edit-gate-{sft.max_steps}"
+    record_experiment(args.experiments, name, settings, result, started_at, time.monotonic() - start)
+    for split in ("heldout_projects", "heldout_tasks"):
+        f = by_split[split]
+        if f.get("tasks"):
+            print(
+                f"[repo-edit-gate] {split} ({f['tasks']} tasks): gate {f['gate']:.3f} {f['gate_interval']}, "
+                f"applied {f['applied']:.3f}, first edit {f['first_edit']:.3f}, named view {f['named_view']:.3f}, "
+                f"OLD in function {f['old_in_function']:.3f}, buggy line {f['buggy_line']:.3f}; turns {f['turns']}"
+            )
+    print(json.dumps(result))
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="configs/repos.toml", help="the run's recipe (a corpus run)")
+    parser.add_argument("--tasks", type=int, default=200, help="held-out tasks probed (the first of the run's draw)")
+    parser.add_argument("--name", help="the row's name in the experiments table")
+    parser.add_argument(
+        "--experiments",
+        default=os.environ.get("TANDEM_ROOT", "runs"),
+        help="lake whose experiments table gets the row (default $TANDEM_ROOT, else ./runs)",
+    )
+    parser.add_argument("--run-args", nargs=argparse.REMAINDER, default=[], help="more run overrides (--key value)")
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    main()

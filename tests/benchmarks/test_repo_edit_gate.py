@@ -1,0 +1,31 @@
+"""The real-task edit gate's classification of a first edit (benchmarks/repo_edit_gate.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.repo_edit_gate import classify, figures
+from engines.protocol import Action, parse_action, render_action
+from tests.real_project import INVENTORY, SOURCE, TOTAL_OPERATOR_BUG, one_bug_task, write_project
+
+
+def _first(task, action: Action | None, viewed: list[str] | None = None) -> dict[str, bool]:
+    lines = INVENTORY.replace(*TOTAL_OPERATOR_BUG).rstrip("\n").split("\n")
+    parsed = None if action is None else parse_action(render_action(action))
+    return classify(task, {SOURCE: lines}, viewed or [], parsed)
+
+
+def test_an_edit_counts_for_the_gate_only_inside_the_function_the_statement_names(tmp_path: Path) -> None:
+    task = one_bug_task(write_project(tmp_path / "shop"))  # the bug is in Prices.total
+    fix = _first(task, Action("change", SOURCE, scope="Prices.total", old=" //", new=" *"), viewed=["total"])
+    assert fix == dict.fromkeys(fix, True) | {"buggy_line": False}  # the task's meta names no line
+    elsewhere = _first(task, Action("change", SOURCE, scope="Stock.add", old=" +", new=" -"), viewed=["Stock.add"])
+    assert elsewhere["applied"] and not elsewhere["gate"] and not elsewhere["scope_named"]
+    assert not elsewhere["named_view"]
+    guessed = _first(task, Action("change", SOURCE, scope="Prices.total", old=" %", new=" *"))
+    assert guessed["first_edit"] and guessed["scope_named"] and not guessed["old_in_function"]
+    assert not guessed["applied"] and not guessed["gate"]
+    none = _first(task, None)
+    assert not any(none.values())
+    shares = figures([{"first": fix, "actions": {"change": 1}}, {"first": none, "actions": {"view": 10}}])
+    assert shares["gate"] == 0.5 and shares["turns"] == {"view": 10, "change": 1}
