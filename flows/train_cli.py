@@ -64,7 +64,10 @@ def sft_command(
         model_dir = resolve_model(model)
     if tool_format == "auto":  # as a run settles inference.tool_format: one action language for both
         tool_format = template_tool_format(chat_templates(model_dir))
-    typer.echo(f"[sft] {len(conversations)} conversations from {data}; model {model_dir}; tool format {tool_format}")
+    typer.echo(
+        f"[sft] {len(conversations)} conversations from {data}; model {model_dir}; tool format {tool_format}; "
+        f"{cfg.processes} rank(s), {cfg.parallelism}"
+    )
     with user_errors(ValueError):
         path = sft(model_dir, conversations, str(out), cfg, log=typer.echo, tool_format=tool_format)
     typer.echo(f"[sft] weights written to {path}")

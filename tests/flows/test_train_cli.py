@@ -59,6 +59,26 @@ def test_sft_fine_tunes_a_given_model_on_user_demonstrations(tmp_path: Path, tin
     assert (out / "config.json").is_file() and list(out.glob("*.safetensors"))
 
 
+def test_sft_on_two_ranks_from_the_command_line_trains_like_one_process(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """`tandem sft --processes 2` (torchrun, gloo): the exported weights equal one process's."""
+    from safetensors.torch import load_file
+
+    data = tmp_path / "demos.jsonl"
+    data.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS))
+    weights = []
+    for processes in ("1", "2"):
+        out = tmp_path / f"sft-{processes}"
+        args = ["sft", "--model", str(tiny_model_dir), "--data", str(data), "--out", str(out), "--processes", processes]
+        result = CliRunner().invoke(app, [*args, "--sft.max_steps", "3", "--sft.batch_size", "4", "--seq_len", "256"])
+        assert result.exit_code == 0, result.output
+        assert f"{processes} rank(s), ddp" in result.output
+        weights.append({k: v for f in sorted(out.glob("*.safetensors")) for k, v in load_file(f).items()})
+    one, two = weights
+    assert one.keys() == two.keys()
+    worst = max((one[k] - two[k]).abs().max().item() for k in one)
+    assert worst < 1e-4, worst
+
+
 def test_sft_help_lists_the_trainer_keys() -> None:
     result = CliRunner().invoke(app, ["sft", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0 and "sft.max_steps (int | none) = unset" in " ".join(result.output.split())
