@@ -51,6 +51,7 @@ from engines.protocol import EDIT_TOOLS, END, Action, parse_action, render_messa
 from engines.trainer.warm_start_cache import cached, warm_start_key
 from flows.config import RunConfig
 from flows.config_loader import load_config
+from flows.prefect_api import prefect_api
 from flows.runtime import corpus_draw
 from flows.sft import build, cache_inputs
 from tasks.corpus import draw_corpus
@@ -199,7 +200,8 @@ def main() -> None:
     started_at, start = datetime.now(UTC), time.monotonic()
     config = load_config(RunConfig, args.config, args.run_args)
     work = Path(tempfile.mkdtemp(prefix="repo-edit-gate-"))
-    by_split, folder, build_s = probe(config, args.tasks, work)
+    with prefect_api(work / "prefect"):
+        by_split, folder, build_s = probe(config, args.tasks, work)
     sft = config.trainer.sft
     result = {
         "bench": "repo_edit_gate",

@@ -317,9 +317,10 @@ class RunSFTConfig(SFTConfig):
         0,
         ge=0,
         description="Micro-task demonstrations (as a micro run's warm start writes them: `demonstrations`, "
-        "`edit_tool`) mixed into a corpus run's warm start (tasks.kind = corpus): short episodes of the same tools, "
-        "many of them for one repository episode's tokens, in which the model copies the statement's function name "
-        "and OLD from the view. 0: repository demonstrations only. Refused for micro runs.",
+        "`edit_tool`, functions named by two or three random words) mixed into a corpus run's warm start "
+        "(tasks.kind = corpus): short episodes of the same tools, many for one repository episode's tokens, in which "
+        "the model must copy a name it has not seen from the statement and OLD from the view. 0: repository "
+        "demonstrations only. Refused for micro runs.",
     )
     cache: bool = Field(
         True,

@@ -103,7 +103,11 @@ def mixed_micro_tasks(config: RunConfig) -> list[Task]:
     """The micro tasks whose demonstrations a corpus run's warm start mixes in
     (trainer.sft.micro_demonstrations; none for a micro run)."""
     n = config.trainer.sft.micro_demonstrations
-    return generate_micro_tasks(n, config.tasks.seed) if n and config.tasks.kind == "corpus" else []
+    if not n or config.tasks.kind != "corpus":
+        return []
+    # Names of two or three random words, none seen often: the model must copy them, as it
+    # must copy a real project's names, rather than recall one of the default 16.
+    return generate_micro_tasks(n, config.tasks.seed, compound_names=True)
 
 
 def micro_demonstrations(config: RunConfig, tasks: list[Task]) -> list[list[dict]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines.env.task_sources.micro import generate_micro_tasks
+from engines.env.task_sources.micro import generate_micro_tasks, named_function
 from engines.trainer.warm_start_cache import warm_start_key
 from flows.config import RunConfig
 from flows.config_loader import load_config
@@ -79,6 +79,7 @@ def test_a_corpus_run_mixes_in_the_micro_tasks_it_asks_for_and_keys_them() -> No
     assert mixed_micro_tasks(plain) == []
     tasks = mixed_micro_tasks(mixed)
     assert len(tasks) == 5 and {t.env_name for t in tasks} == {t.env_name for t in TRAIN}
+    assert all("_" in named_function(t) for t in tasks)  # compound names, to be copied
     assert warm_start_key(cache_inputs(mixed, TRAIN)) != warm_start_key(cache_inputs(plain, TRAIN))
     with pytest.raises(ValueError, match="trainer.sft.micro_demonstrations mixes micro demonstrations"):
         load_config(RunConfig, None, ["--trainer.sft.micro_demonstrations", "5"])

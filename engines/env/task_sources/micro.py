@@ -49,6 +49,14 @@ _NAMES = [
     "cap",
     "edge",
 ]
+# Words of compound names (`merge_index`, `_parse_total`): with `compound_names` no name
+# repeats often enough to be remembered, so a model learns to copy it from the statement.
+_WORDS = [
+    *_NAMES,
+    "count", "merge", "parse", "value", "index", "total", "limit", "items", "lookup", "update",
+    "resolve", "compile", "mapping", "cache", "entry", "table", "split", "order", "group", "match",
+    "range", "delta", "weight", "round", "check", "bound", "offset", "ratio", "level", "slot",
+]  # fmt: skip
 _CASES_PER_FUNCTION = 2
 _MAX_LINES = 16  # module size bound (lines): keeps the whole oracle episode near 150 tokens
 
@@ -72,8 +80,17 @@ def _int_body(rng: random.Random) -> list[str]:
     return rng.choice(shapes)
 
 
-def _module(rng: random.Random) -> str:
-    names = rng.sample(_NAMES, rng.randint(2, 4))
+def _compound_name(rng: random.Random) -> str:
+    """Two or three words joined by `_`, a leading `_` one time in four."""
+    name = "_".join(rng.sample(_WORDS, rng.randint(2, 3)))
+    return f"_{name}" if rng.random() < 0.25 else name
+
+
+def _module(rng: random.Random, compound_names: bool = False) -> str:
+    if compound_names:
+        names = list(dict.fromkeys(_compound_name(rng) for _ in range(rng.randint(2, 4))))
+    else:
+        names = rng.sample(_NAMES, rng.randint(2, 4))
     lines: list[str] = []
     for i, name in enumerate(names):
         body = ["    " + line for line in _int_body(rng)]
@@ -335,9 +352,11 @@ def _failing_mutant(original: str, cases: list[_Case], rng: random.Random):
     return (*mutated, failing) if failing else None
 
 
-def make_micro_task(rng: random.Random, instance_id: str, split: Split = "train") -> Task | None:
+def make_micro_task(
+    rng: random.Random, instance_id: str, split: Split = "train", compound_names: bool = False
+) -> Task | None:
     """One attempt at a task; None when the sampled program or mutant is not usable."""
-    original = _module(rng)
+    original = _module(rng, compound_names)
     cases = _make_cases(original, rng)
     if cases is None:
         return None
@@ -382,8 +401,9 @@ def make_micro_task(rng: random.Random, instance_id: str, split: Split = "train"
     )
 
 
-def generate_micro_tasks(n: int, seed: int, split: Split = "train") -> list[Task]:
-    """`n` validated micro tasks, deterministic in `seed` (use distinct seeds per split)."""
+def generate_micro_tasks(n: int, seed: int, split: Split = "train", compound_names: bool = False) -> list[Task]:
+    """`n` validated micro tasks, deterministic in `seed` (use distinct seeds per split);
+    `compound_names`: functions named by two or three random words, not one of 16."""
     if n < 0:
         raise ValueError(f"n={n}: give a non-negative number of tasks")
     rng = random.Random(seed)
@@ -393,7 +413,7 @@ def generate_micro_tasks(n: int, seed: int, split: Split = "train") -> list[Task
         attempts += 1
         if attempts > 50 * n + 100:
             raise RuntimeError(f"micro generator kept only {len(tasks)} of {n} tasks after {attempts} attempts")
-        task = make_micro_task(rng, f"micro-{split}-{seed}-{len(tasks)}", split)
+        task = make_micro_task(rng, f"micro-{split}-{seed}-{len(tasks)}", split, compound_names)
         if task is not None:
             tasks.append(task)
     return tasks

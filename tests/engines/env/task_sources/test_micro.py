@@ -4,7 +4,7 @@ from collections import Counter
 import pytest
 
 from engines.env.task_sources.edit_forms import line_edit, oracle_action
-from engines.env.task_sources.micro import MODULE, generate_micro_tasks
+from engines.env.task_sources.micro import MODULE, generate_micro_tasks, named_function
 from engines.env.task_sources.micro_demos import oracle_messages
 from engines.env.workspace import apply_to_files, base_files
 from engines.protocol import Action, parse_action, render_messages
@@ -32,6 +32,17 @@ def test_tasks_have_the_promised_shape():
         line = task.meta()["line"]
         assert f"\n{line} {module.splitlines()[line - 1]}" in task.problem_statement
         assert "expected" in task.problem_statement and "got" in task.problem_statement
+
+
+def test_compound_names_rarely_repeat_and_leave_the_default_tasks_as_they_were():
+    compound = generate_micro_tasks(300, seed=3, compound_names=True)
+    names = Counter(named_function(t) for t in compound)
+    assert len(names) > 250 and all("_" in name for name in names)
+    plain = Counter(named_function(t) for t in generate_micro_tasks(300, seed=3))
+    assert len(plain) <= 16  # the default's one-word names, drawn as before
+    for task in compound[:20]:  # still fixed by their gold patches
+        fixed = apply_to_files(base_files(task), task.patch, what=task.instance_id)
+        assert named_function(task) in fixed[MODULE].decode()
 
 
 def test_gold_patch_restores_a_module_that_passes_its_own_tests():
