@@ -12,7 +12,9 @@ for the CPU build's MoE experts too) -> confirm each worker read the checked dir
 must see it to reload at all) -> set and read back the version -> drop the prefix cache
 -> resume, always. A server found
 dead before or during the update is restarted on the new weights and counts as
-updated once it is back on them and checked.
+updated once it is back on them and checked. A server of another host
+(`inference.hosts`) reloads from that host's own copy, which the host checked against
+the export before the pool waited for it (remote_hosts.py), and is checked the same way.
 
 restart (`weight_update='restart'`, local servers only), one server at a time. Every
 later start of any server, crash restarts too, uses the new weights. Per server in
