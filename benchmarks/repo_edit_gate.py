@@ -9,6 +9,7 @@ test. Each figure is a share of the probed tasks, with a 95% Wilson interval, fo
 held-out projects (code never trained on) and the held-out tasks of training projects
 apart:
 
+  named_file          the episode's first action naming a file (a view or an edit) names the buggy one
   first_edit          an edit (change, replace or edit) within the episode's turns
   named_view          a view of the function the statement names came before it
   scope_named         the edit names that function (a `change` by scope)
@@ -17,7 +18,7 @@ apart:
   gate                applied, and every changed line inside the named function
   buggy_line          the changed line is the mutated one
 
-    python -m benchmarks.repo_edit_gate --config configs/repos.toml [--tasks 200]
+    python -m benchmarks.repo_edit_gate --config configs/repos.toml [--tasks 200] [--warm-start DIR]
         [--run-args --tasks.corpus_path corpus/small --trainer.sft.max_steps 600 ...]
 
 Appends a row to the `experiments` table (benchmarks/learning.py). The last line
@@ -59,13 +60,18 @@ from tasks.corpus import draw_corpus
 _BATCH = 16  # real-code prompts run to 2,000 tokens: a smaller batch than the micro gate's
 
 
-def classify(task: Task, files: dict[str, list[str]], viewed: list[str], action: Action | None) -> dict[str, bool]:
-    """What the first edit `action` (None: no edit) does to the task's buggy file."""
+def classify(
+    task: Task, files: dict[str, list[str]], viewed: list[str], action: Action | None, first_path: str | None = None
+) -> dict[str, bool]:
+    """What the first edit `action` (None: no edit) does to the task's buggy file;
+    `first_path`: the file the episode's first view or edit named."""
     meta = task.meta()
     path, function = meta["file"], meta.get("function") or ""
     out = dict.fromkeys(
-        ("first_edit", "named_view", "scope_named", "old_in_function", "applied", "gate", "buggy_line"), False
+        ("named_file", "first_edit", "named_view", "scope_named", "old_in_function", "applied", "gate", "buggy_line"),
+        False,
     )
+    out["named_file"] = first_path == path
     if action is None:
         return out
     out["first_edit"] = True
@@ -117,6 +123,7 @@ def first_edits(model_dir: Path, tasks: list[Task], config: RunConfig, scratch: 
     sessions = [EnvSession.open(t, env) for t in tasks]
     chats = [[{"role": "user", "content": s.prompt()}] for s in sessions]
     viewed: list[list[str]] = [[] for _ in tasks]
+    first_path: list[str | None] = [None] * len(tasks)
     results: list[dict[str, Any] | None] = [None] * len(tasks)
     actions: list[Counter] = [Counter() for _ in tasks]
     active = list(range(len(tasks)))
@@ -128,8 +135,10 @@ def first_edits(model_dir: Path, tasks: list[Task], config: RunConfig, scratch: 
             action = parse_action(text)
             tool = action.tool if isinstance(action, Action) else "invalid"
             actions[i][tool] += 1
+            if isinstance(action, Action) and action.path and first_path[i] is None:
+                first_path[i] = action.path
             if isinstance(action, Action) and action.tool in EDIT_TOOLS:
-                results[i] = classify(tasks[i], _files(sessions[i], tasks[i]), viewed[i], action)
+                results[i] = classify(tasks[i], _files(sessions[i], tasks[i]), viewed[i], action, first_path[i])
                 continue
             if isinstance(action, Action) and action.tool == "view" and action.scope:
                 viewed[i].append(action.scope)
@@ -143,8 +152,8 @@ def first_edits(model_dir: Path, tasks: list[Task], config: RunConfig, scratch: 
     for s in sessions:
         s.close()
     return [
-        {"task": t, "first": r or classify(t, {}, [], None), "actions": dict(a)}
-        for t, r, a in zip(tasks, results, actions)
+        {"task": t, "first": r or classify(t, {}, [], None, p), "actions": dict(a)}
+        for t, r, a, p in zip(tasks, results, actions, first_path)
     ]
 
 
@@ -170,8 +179,11 @@ def figures(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @flow(name="repo-edit-gate", log_prints=True)
-def probe(config: RunConfig, count: int, work: Path) -> tuple[dict[str, Any], str, float | None]:
-    """The gate's figures by split, the warm start's folder, and its build seconds (None: cached)."""
+def probe(
+    config: RunConfig, count: int, work: Path, given: Path | None = None
+) -> tuple[dict[str, Any], str, float | None]:
+    """The gate's figures by split, the warm start's folder, and its build seconds (None:
+    cached or `given`, a warm start folder probed as it is)."""
     corpus = draw_corpus(config.tasks.corpus_path, str(work / "corpus"), corpus_draw(config))
     tasks = load_corpus(corpus)
     train = [t for t in tasks if t.split == "train"]
@@ -183,7 +195,7 @@ def probe(config: RunConfig, count: int, work: Path) -> tuple[dict[str, Any], st
         build(config, train, str(out), work)
         built.append(True)
 
-    folder = cached(warm_start_key(inputs), make, inputs=inputs)
+    folder = given or cached(warm_start_key(inputs), make, inputs=inputs)
     build_s = round(time.monotonic() - start, 1) if built else None
     trained = {t.repo for t in train}
     results = first_edits(folder, heldout, config, work / "scratch")
@@ -201,7 +213,7 @@ def main() -> None:
     config = load_config(RunConfig, args.config, args.run_args)
     work = Path(tempfile.mkdtemp(prefix="repo-edit-gate-"))
     with prefect_api(work / "prefect"):
-        by_split, folder, build_s = probe(config, args.tasks, work)
+        by_split, folder, build_s = probe(config, args.tasks, work, args.warm_start)
     sft = config.trainer.sft
     result = {
         "bench": "repo_edit_gate",
@@ -220,7 +232,8 @@ def main() -> None:
         if f.get("tasks"):
             print(
                 f"[repo-edit-gate] {split} ({f['tasks']} tasks): gate {f['gate']:.3f} {f['gate_interval']}, "
-                f"applied {f['applied']:.3f}, first edit {f['first_edit']:.3f}, named view {f['named_view']:.3f}, "
+                f"applied {f['applied']:.3f}, named file {f['named_file']:.3f}, first edit {f['first_edit']:.3f}, "
+                f"named view {f['named_view']:.3f}, "
                 f"OLD in function {f['old_in_function']:.3f}, buggy line {f['buggy_line']:.3f}; turns {f['turns']}"
             )
     print(json.dumps(result))
@@ -231,6 +244,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--config", default="configs/repos.toml", help="the run's recipe (a corpus run)")
     parser.add_argument("--tasks", type=int, default=200, help="held-out tasks probed (the first of the run's draw)")
     parser.add_argument("--name", help="the row's name in the experiments table")
+    parser.add_argument(
+        "--warm-start", type=Path, help="probe this model folder instead of the run's warm start (built or cached)"
+    )
     parser.add_argument(
         "--experiments",
         default=os.environ.get("TANDEM_ROOT", "runs"),

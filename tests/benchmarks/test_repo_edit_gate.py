@@ -12,7 +12,7 @@ from tests.real_project import INVENTORY, SOURCE, TOTAL_OPERATOR_BUG, one_bug_ta
 def _first(task, action: Action | None, viewed: list[str] | None = None) -> dict[str, bool]:
     lines = INVENTORY.replace(*TOTAL_OPERATOR_BUG).rstrip("\n").split("\n")
     parsed = None if action is None else parse_action(render_action(action))
-    return classify(task, {SOURCE: lines}, viewed or [], parsed)
+    return classify(task, {SOURCE: lines}, viewed or [], parsed, None if action is None else action.path)
 
 
 def test_an_edit_counts_for_the_gate_only_inside_the_function_the_statement_names(tmp_path: Path) -> None:
@@ -27,5 +27,7 @@ def test_an_edit_counts_for_the_gate_only_inside_the_function_the_statement_name
     assert not guessed["applied"] and not guessed["gate"]
     none = _first(task, None)
     assert not any(none.values())
+    other_file = classify(task, {SOURCE: []}, [], None, "shop/other.py")
+    assert not other_file["named_file"] and classify(task, {SOURCE: []}, [], None, SOURCE)["named_file"]
     shares = figures([{"first": fix, "actions": {"change": 1}}, {"first": none, "actions": {"view": 10}}])
     assert shares["gate"] == 0.5 and shares["turns"] == {"view": 10, "change": 1}
