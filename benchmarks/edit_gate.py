@@ -132,17 +132,23 @@ def local_tester(task: Task, tree: SessionTree) -> GradeResult:
 
 
 @torch.no_grad()
-def greedy_turns(model, tokenizer, conversations: list[list[dict[str, str]]]) -> list[str]:
+def greedy_turns(
+    model,
+    tokenizer,
+    conversations: list[list[dict[str, str]]],
+    max_new: int = _MAX_NEW_TOKENS,
+    batch: int = _BATCH,
+) -> list[str]:
     """The next assistant turn of each conversation, greedy, without its `<|end|>`."""
     end = tokenizer.convert_tokens_to_ids(END)
     tokenizer.padding_side = "left"
     out: list[str] = []
-    for i in range(0, len(conversations), _BATCH):
-        texts = [render_messages(c, add_generation_prompt=True) for c in conversations[i : i + _BATCH]]
+    for i in range(0, len(conversations), batch):
+        texts = [render_messages(c, add_generation_prompt=True) for c in conversations[i : i + batch]]
         enc = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
         ids = model.generate(
             **enc,
-            max_new_tokens=_MAX_NEW_TOKENS,
+            max_new_tokens=max_new,
             do_sample=False,
             eos_token_id=end,
             pad_token_id=tokenizer.pad_token_id,
@@ -235,13 +241,21 @@ def warm_start(config: RunConfig, train: list[Task], work: Path) -> tuple[Path, 
     return folder, sft_s, not built
 
 
-def figures(results: list[dict[str, Any]]) -> dict[str, Any]:
+def first_edit_shares(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each classification of the first edits (`result["first"]`) as a share of the tasks,
+    with its 95% Wilson interval."""
     n = len(results)
     out: dict[str, Any] = {"tasks": n}
-    for name in results[0]["first"]:
+    for name in results[0]["first"] if results else ():
         k = sum(r["first"][name] for r in results)
         out[name] = round(k / n, 3)
         out[f"{name}_interval"] = wilson(k, n)
+    return out
+
+
+def figures(results: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(results)
+    out = first_edit_shares(results)
     resolved = sum(r["resolved"] for r in results)
     retries = sum(max(0, r["attempts"] - 1) for r in results)
     out.update(

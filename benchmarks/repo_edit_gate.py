@@ -37,10 +37,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import torch
 from prefect import flow
 
-from benchmarks.edit_gate import wilson
+from benchmarks.edit_gate import first_edit_shares, greedy_turns
 from benchmarks.learning import record_experiment
 from engines.env.edits import Edited, apply_edit
 from engines.env.scopes import resolve
@@ -48,7 +47,7 @@ from engines.env.session import EnvSession
 from engines.env.task_sources.corpus import load_corpus
 from engines.env.types import Task
 from engines.model.load import load_moe_causal_lm, load_tokenizer
-from engines.protocol import EDIT_TOOLS, END, Action, parse_action, render_messages
+from engines.protocol import EDIT_TOOLS, Action, parse_action
 from engines.trainer.warm_start_cache import cached, warm_start_key
 from flows.config import RunConfig
 from flows.config_loader import load_config
@@ -97,24 +96,6 @@ def classify(
     return out
 
 
-@torch.no_grad()
-def greedy_turns(model, tokenizer, chats: list[list[dict[str, str]]], max_new: int) -> list[str]:
-    """The next assistant turn of each conversation, greedy, without its end token."""
-    end = tokenizer.convert_tokens_to_ids(END)
-    tokenizer.padding_side = "left"
-    out: list[str] = []
-    for i in range(0, len(chats), _BATCH):
-        texts = [render_messages(c, add_generation_prompt=True) for c in chats[i : i + _BATCH]]
-        enc = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
-        ids = model.generate(
-            **enc, max_new_tokens=max_new, do_sample=False, eos_token_id=end, pad_token_id=tokenizer.pad_token_id
-        )
-        for row in ids[:, enc["input_ids"].shape[1] :].tolist():
-            row = row[: row.index(end)] if end in row else row
-            out.append(tokenizer.decode(row, skip_special_tokens=True))
-    return out
-
-
 def first_edits(model_dir: Path, tasks: list[Task], config: RunConfig, scratch: Path) -> list[dict[str, Any]]:
     """Greedy episodes of `tasks` up to each one's first edit (not applied: no test runs)."""
     model, tokenizer = load_moe_causal_lm(str(model_dir)), load_tokenizer(str(model_dir))
@@ -129,7 +110,8 @@ def first_edits(model_dir: Path, tasks: list[Task], config: RunConfig, scratch: 
     active = list(range(len(tasks)))
     limits = config.inference
     for _ in range(limits.limits.max_turns):
-        texts = greedy_turns(model, tokenizer, [chats[i] for i in active], limits.sampling.max_tokens_per_turn)
+        turns = [chats[i] for i in active]
+        texts = greedy_turns(model, tokenizer, turns, limits.sampling.max_tokens_per_turn, _BATCH)
         still = []
         for i, text in zip(active, texts):
             action = parse_action(text)
@@ -163,14 +145,7 @@ def _files(session: EnvSession, task: Task) -> dict[str, list[str]]:
 
 
 def figures(results: list[dict[str, Any]]) -> dict[str, Any]:
-    n = len(results)
-    out: dict[str, Any] = {"tasks": n}
-    if not n:
-        return out
-    for name in results[0]["first"]:
-        k = sum(r["first"][name] for r in results)
-        out[name] = round(k / n, 3)
-        out[f"{name}_interval"] = wilson(k, n)
+    out = first_edit_shares(results)
     turns = Counter()
     for r in results:
         turns.update(r["actions"])

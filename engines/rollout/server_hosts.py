@@ -63,7 +63,6 @@ class HostRecord:
 
 @dataclass(frozen=True)
 class HostResult:
-    record: HostRecord  # the last one written
     staged: list[int]  # every version staged, in order
     requests: int  # requests its servers finished
     serving: list[int]  # the version each of its servers served at the end
@@ -156,7 +155,7 @@ async def serve_host(
                 await asyncio.sleep(poll_s)
             requests = await asyncio.gather(*(client.finished_requests(http, u) for u in record.urls))
             serving = await asyncio.gather(*(client.weight_version(http, u) for u in record.urls))
-            return HostResult(record, stager.staged, sum(requests), [int(v) for v in serving])
+            return HostResult(stager.staged, sum(requests), [int(v) for v in serving])
         finally:
             await fleet.stop()
 

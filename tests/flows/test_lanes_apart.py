@@ -299,11 +299,17 @@ def test_lanes_on_different_machines_share_only_s3_and_resume_elsewhere(apart_ru
     assert checkpoints.weights_uri(store, RUN, 0).startswith("s3://")
     # Each machine kept its files in its own folders: weights pulled by the rollout host
     # into its bounded cache, trainer state on the trainer hosts (and in the lake).
+    assert 1 <= _cached_versions(apart_run, "rollout-b", "weights") <= 3
     work = Path(".cache/tandem-rl/work") / lake_folder(store.url())
-    cache = apart_run["homes"]["rollout-b"] / work / RUN / "weights"
-    assert 1 <= len([p for p in cache.iterdir() if p.name.startswith("v")]) <= 3
     assert (apart_run["homes"]["trainer-c"] / work / RUN / "trainer_state").is_dir()
     assert store.fs.glob(store.path(RUN, "trainer_state", "step-*", "progress.json"))
+
+
+def _cached_versions(apart_run: dict[str, Any], host: str, cache: str) -> int:
+    """Weight versions in a host's bounded cache (`cache`, under the run's work folder in its HOME)."""
+    work = Path(".cache/tandem-rl/work") / lake_folder(apart_run["store"].url())
+    folder = apart_run["homes"][host] / work / RUN / cache
+    return len([p for p in folder.iterdir() if p.name.startswith("v")])
 
 
 @pytest.mark.slow
@@ -325,9 +331,7 @@ def test_a_server_host_serves_both_rollout_lanes_from_its_own_copies(apart_run: 
     assert staged == list(range(staged[0], STEPS + 1)), staged  # every version from its start on, in order
     assert serving == STEPS  # only a pool reloads it: the lane that outlived the crash
     # Its copies are in its own HOME's cache, not the rollout host's.
-    work = Path(".cache/tandem-rl/work") / lake_folder(apart_run["store"].url())
-    cache = apart_run["homes"]["servers"] / work / RUN / "host-1" / "weights"
-    assert 1 <= len([p for p in cache.iterdir() if p.name.startswith("v")]) <= 3
+    assert 1 <= _cached_versions(apart_run, "servers", "host-1/weights") <= 3
     record = json.loads(apart_run["store"].fs.cat_file(apart_run["store"].path(RUN, "servers", "host-1.json")))
     assert len(record["urls"]) == 1 and str(STEPS) in record["staged"]
 
