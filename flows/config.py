@@ -322,6 +322,16 @@ class RunSFTConfig(SFTConfig):
         "the model must copy a name it has not seen from the statement and OLD from the view. 0: repository "
         "demonstrations only. Refused for micro runs.",
     )
+    renamed_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of the repository demonstrations (tasks.kind = corpus) in which the names the hint gives "
+        "(the file's package and module, the class, the function) are replaced in every message by names of random "
+        "words (engines/env/task_sources/renamed_demos.py): the model must copy them from the statement, as on a "
+        "project it never trained on, rather than recall the training projects' names. Needs tasks.hint = 'file' or "
+        "'function'; refused for micro runs.",
+    )
     cache: bool = Field(
         True,
         description="Reuse a warm start made of the same inputs (tasks, demonstration and SFT settings, model shape, "
@@ -484,6 +494,12 @@ class RunConfig(BaseModel):
             raise ValueError(
                 "trainer.sft.micro_demonstrations mixes micro demonstrations into a corpus run's warm start "
                 "(tasks.kind = 'corpus'); a micro run's warm start is all micro demonstrations: remove the key"
+            )
+        if self.trainer.sft.renamed_share and (self.tasks.kind == "micro" or self.tasks.hint == "tests"):
+            raise ValueError(
+                "trainer.sft.renamed_share renames the file and function a corpus run's hint names (tasks.kind = "
+                f"'corpus', tasks.hint = 'file' or 'function'); this run has tasks.kind = {self.tasks.kind!r}, "
+                f"tasks.hint = {self.tasks.hint!r}: remove the key or set the hint"
             )
         if self.trainer.sft.demonstrations == "candidates" and not self.env.edit_attempts:
             raise ValueError(

@@ -21,6 +21,7 @@ from prefect.utilities.annotations import quote
 
 from engines.env.task_sources.corpus import corpus_id, load_corpus
 from engines.env.task_sources.micro import generate_micro_tasks
+from engines.env.task_sources.renamed_demos import renamed_share
 from engines.env.task_sources.repo_demos import source_texts
 from engines.env.types import Task
 from engines.handoff import RunContext
@@ -88,7 +89,8 @@ def build(config: RunConfig, train: list[Task], out: str, work: Path, store: Sto
         demos = repository_demonstrations(
             quote(train), config.env.edit_attempts, config.tasks.seed, config.env, sft.demonstrations_per_task
         )
-        code = source_texts(train)
+        code = source_texts(train)  # read before renaming: the tokenizer learns the real code
+        demos = renamed_share(demos, sft.renamed_share, config.tasks.seed)
         if mixed := mixed_micro_tasks(config):  # the same tools on short generated tasks
             demos = [*demos, *micro_demonstrations(config, mixed)]
     else:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from benchmarks.learning import gain_figures, paired_outcomes, record_experiment, sft_arm_figures
+from benchmarks.learning import gain_figures, paired_outcomes, record_experiment, sft_arm_figures, split_figures
 from flows.cli import app
 from storage import shards
 from storage.fs import open_store
@@ -48,6 +48,22 @@ def test_an_sft_arm_reports_its_gain_over_the_warm_start_under_its_own_keys() ->
     assert figures["oracle_sft_points"] == -6.0 and figures["pass_at_1_oracle_sft"] == 0.04
     assert figures["first_attempt_oracle_sft"] == 0.03 and figures["oracle_sft_train_s"] == 301.3
     assert 0 < figures["p_value_oracle_sft"] < 0.05  # 6 lost, none gained
+
+
+def test_a_corpus_run_reports_held_out_projects_and_held_out_tasks_apart() -> None:
+    groups = {"heldout_projects": [f"p{i}" for i in range(20)], "heldout_tasks": [f"t{i}" for i in range(10)]}
+    before = evaluation(["t0", "t1", "t2", "p0"], 30)
+    after = evaluation(["t0", "t1", "p0", "p1", "p2", "p3", "p4"], 30)
+    by_split = split_figures(before, after, {**groups, "empty": []})
+    assert set(by_split) == {"heldout_projects", "heldout_tasks"}  # a group with no task is left out
+    projects, tasks = by_split["heldout_projects"], by_split["heldout_tasks"]
+    assert (projects["tasks"], projects["pass_at_1_before"], projects["pass_at_1_after"]) == (20, 0.05, 0.25)
+    assert projects["gain_points"] == 20.0 and projects["p_value"] == 0.125  # 4 gained, none lost: 2 / 2**4
+    assert tasks["gain_points"] == -10.0 and tasks["gain_interval_points"][0] < 0
+    # An SFT arm's gain on a corpus is the held-out projects' too.
+    arm = {"eval": evaluation(["p0", "p1", "t5"], 30), "seconds": 10.0}
+    figures = sft_arm_figures(before, arm, "sft_gain_points", "sft", groups["heldout_projects"])
+    assert figures["sft_gain_points"] == 5.0 and figures["pass_at_1_sft"] == 0.1
 
 
 def test_each_experiment_appends_a_row_listed_with_and_without_a_run(tmp_path: Path) -> None:

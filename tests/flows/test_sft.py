@@ -83,3 +83,13 @@ def test_a_corpus_run_mixes_in_the_micro_tasks_it_asks_for_and_keys_them() -> No
     assert warm_start_key(cache_inputs(mixed, TRAIN)) != warm_start_key(cache_inputs(plain, TRAIN))
     with pytest.raises(ValueError, match="trainer.sft.micro_demonstrations mixes micro demonstrations"):
         load_config(RunConfig, None, ["--trainer.sft.micro_demonstrations", "5"])
+
+
+def test_a_corpus_run_with_a_hint_may_rename_its_demonstrations_and_keys_the_share() -> None:
+    corpus = ["--tasks.kind", "corpus", "--tasks.corpus_path", "c/", "--env.feedback", "keep"]
+    plain = load_config(RunConfig, None, corpus)
+    renamed = load_config(RunConfig, None, [*corpus, "--tasks.hint", "function", "--trainer.sft.renamed_share", "0.5"])
+    assert warm_start_key(cache_inputs(renamed, TRAIN)) != warm_start_key(cache_inputs(plain, TRAIN))
+    for refused in (corpus, []):  # statements that name nothing (the default hint); a micro run
+        with pytest.raises(ValueError, match="trainer.sft.renamed_share renames the file and function"):
+            load_config(RunConfig, None, [*refused, "--trainer.sft.renamed_share", "0.5"])

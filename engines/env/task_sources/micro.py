@@ -51,7 +51,7 @@ _NAMES = [
 ]
 # Words of compound names (`merge_index`, `_parse_total`): with `compound_names` no name
 # repeats often enough to be remembered, so a model learns to copy it from the statement.
-_WORDS = [
+NAME_WORDS = [
     *_NAMES,
     "count", "merge", "parse", "value", "index", "total", "limit", "items", "lookup", "update",
     "resolve", "compile", "mapping", "cache", "entry", "table", "split", "order", "group", "match",
@@ -82,7 +82,7 @@ def _int_body(rng: random.Random) -> list[str]:
 
 def _compound_name(rng: random.Random) -> str:
     """Two or three words joined by `_`, a leading `_` one time in four."""
-    name = "_".join(rng.sample(_WORDS, rng.randint(2, 3)))
+    name = "_".join(rng.sample(NAME_WORDS, rng.randint(2, 3)))
     return f"_{name}" if rng.random() < 0.25 else name
 
 
