@@ -322,6 +322,16 @@ class RunSFTConfig(SFTConfig):
         "the model must copy a name it has not seen from the statement and OLD from the view. 0: repository "
         "demonstrations only. Refused for micro runs.",
     )
+    copy_drill_steps: int = Field(
+        0,
+        ge=0,
+        description="SFT steps (of batch_size drills each) on copy drills before the demonstrations "
+        "(engines/env/task_sources/copy_drills.py): statements whose hint names a file and function made of the "
+        "training code's names, answered by the view of exactly those names. A tiny model from scratch learns to copy "
+        "a name from the statement there in a phase change (about 700 steps of 32 drills), which long repository "
+        "episodes alone did not teach in the SFT time a run has. 0: none. Needs tasks.kind = corpus and tasks.hint = "
+        "'function'; refused otherwise.",
+    )
     renamed_share: float = Field(
         0.0,
         ge=0,
@@ -494,6 +504,12 @@ class RunConfig(BaseModel):
             raise ValueError(
                 "trainer.sft.micro_demonstrations mixes micro demonstrations into a corpus run's warm start "
                 "(tasks.kind = 'corpus'); a micro run's warm start is all micro demonstrations: remove the key"
+            )
+        if self.trainer.sft.copy_drill_steps and (self.tasks.kind == "micro" or self.tasks.hint != "function"):
+            raise ValueError(
+                "trainer.sft.copy_drill_steps drills copying the file and function a corpus run's hint names "
+                f"(tasks.kind = 'corpus', tasks.hint = 'function'); this run has tasks.kind = {self.tasks.kind!r}, "
+                f"tasks.hint = {self.tasks.hint!r}: remove the key or set the hint"
             )
         if self.trainer.sft.renamed_share and (self.tasks.kind == "micro" or self.tasks.hint == "tests"):
             raise ValueError(

@@ -42,6 +42,8 @@ CODE_MODULES = (
     "engines/env/views.py",
     "engines/env/task_sources/micro_demos.py",
     "engines/env/task_sources/repo_demos.py",
+    "engines/env/task_sources/renamed_demos.py",
+    "engines/env/task_sources/copy_drills.py",
     "engines/env/edit_spans.py",
     "engines/env/scopes.py",
     "engines/env/session.py",

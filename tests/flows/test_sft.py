@@ -4,13 +4,17 @@ no weight do not, so a sweep over RL settings reuses one warm start."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
+from safetensors.torch import load_file
 
 from engines.env.task_sources.micro import generate_micro_tasks, named_function
 from engines.trainer.warm_start_cache import warm_start_key
 from flows.config import RunConfig
 from flows.config_loader import load_config
-from flows.sft import cache_inputs, mixed_micro_tasks
+from flows.sft import cache_inputs, copy_drilled, mixed_micro_tasks
 
 TRAIN = generate_micro_tasks(6, seed=0)
 
@@ -93,3 +97,42 @@ def test_a_corpus_run_with_a_hint_may_rename_its_demonstrations_and_keys_the_sha
     for refused in (corpus, []):  # statements that name nothing (the default hint); a micro run
         with pytest.raises(ValueError, match="trainer.sft.renamed_share renames the file and function"):
             load_config(RunConfig, None, [*refused, "--trainer.sft.renamed_share", "0.5"])
+
+
+def test_copy_drills_need_a_corpus_run_whose_hint_names_the_function_and_change_the_key() -> None:
+    corpus = ["--tasks.kind", "corpus", "--tasks.corpus_path", "c/", "--env.feedback", "keep", "--tasks.hint"]
+    plain = load_config(RunConfig, None, [*corpus, "function"])
+    drilled = load_config(RunConfig, None, [*corpus, "function", "--trainer.sft.copy_drill_steps", "100"])
+    assert warm_start_key(cache_inputs(drilled, TRAIN)) != warm_start_key(cache_inputs(plain, TRAIN))
+    for refused in ([*corpus, "file"], []):  # the hint names no function; a micro run
+        with pytest.raises(ValueError, match="trainer.sft.copy_drill_steps drills copying"):
+            load_config(RunConfig, None, [*refused, "--trainer.sft.copy_drill_steps", "100"])
+
+
+def test_the_copy_drill_phase_trains_the_fresh_model_into_a_folder_beside_it(
+    tmp_path: Path, tiny_model_dir: Path, prefect_server: dict[str, str]
+) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    init = tmp_path / "init-model"
+    shutil.copytree(tiny_model_dir, init)
+    code = [
+        "class RowIndex:\n    def merge_with(self):\n        pass\n    def sliding_window_count(self, n):\n        pass\n    def _evict_oldest(self):\n        pass\n"
+    ]
+    drills = ["--trainer.sft.copy_drill_steps", "2", "--trainer.sft.batch_size", "2"]
+    corpus = [
+        "--tasks.kind",
+        "corpus",
+        "--tasks.corpus_path",
+        "c/",
+        "--env.feedback",
+        "keep",
+        "--tasks.hint",
+        "function",
+    ]
+    config = load_config(RunConfig, None, [*corpus, *drills])
+    with temporary_settings(updates={PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
+        out = copy_drilled(str(init), code, config)  # its SFT is a task of the sft flow
+    assert Path(out) == tmp_path / "copy-drilled"
+    before, after = load_file(init / "model.safetensors"), load_file(Path(out) / "model.safetensors")
+    assert before.keys() == after.keys() and any(not before[k].equal(after[k]) for k in before)

@@ -32,10 +32,15 @@ def hint_line(task: Task, hint: Hint) -> str:
     meta = task.meta()
     file, function = meta.get("file"), meta.get("function")
     if hint == "function" and file and function:
-        return f"The bug is in {function} of {file}."
+        return hint_sentence(file, function)
     if hint in ("file", "function") and file:
-        return f"The bug is in {file}."
+        return hint_sentence(file)
     return ""
+
+
+def hint_sentence(file: str, function: str | None = None) -> str:
+    """`The bug is in FUNCTION of FILE.`, or `The bug is in FILE.` without a function."""
+    return f"The bug is in {function} of {file}." if function else f"The bug is in {file}."
 
 
 def with_hint(task: Task, hint: Hint) -> Task:
