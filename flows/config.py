@@ -326,11 +326,11 @@ class RunSFTConfig(SFTConfig):
         0,
         ge=0,
         description="SFT steps (of batch_size drills each) on copy drills before the demonstrations "
-        "(engines/env/task_sources/copy_drills.py): statements whose hint names a file and function made of the "
-        "training code's names, answered by the view of exactly those names. A tiny model from scratch learns to copy "
-        "a name from the statement there in a phase change (about 700 steps of 32 drills), which long repository "
-        "episodes alone did not teach in the SFT time a run has. 0: none. Needs tasks.kind = corpus and tasks.hint = "
-        "'function'; refused otherwise.",
+        "(engines/env/task_sources/copy_drills.py): statements whose hint names a file and function made of random "
+        "letters and the training code's words, answered by the view of exactly those names, so the tiny model learns "
+        "to copy a name from the statement (an induction circuit, formed in a phase change: docs/"
+        "2026-12-06-real-task-gate.md) before it learns the tools; long repository episodes alone did not teach it in "
+        "the SFT time a run has. 0: none. Needs tasks.kind = corpus and tasks.hint = 'function'; refused otherwise.",
     )
     renamed_share: float = Field(
         0.0,
