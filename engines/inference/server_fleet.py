@@ -13,6 +13,7 @@ updater's restart onto the served weights, checked (weight_update.py).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -71,9 +72,12 @@ class ServerFleet:
             server = LocalServer(argv, env, url, self.log_dir / f"server-{index}.log")
             self.slots.append(self._slot(index, url, server, roles[index], host))
             server.start()
-        waited = await asyncio.gather(
-            *(s.process.wait_healthy(self.cfg.startup_timeout_s) for s in self.slots if s.process)
-        )
+        # A port free_port chose may be bound by another process first: such a server moves.
+        new_port = None if self.cfg.base_port else functools.partial(free_port, self.cfg.host)
+        local = [s for s in self.slots if s.process]
+        waited = await asyncio.gather(*(s.process.wait_started(self.cfg.startup_timeout_s, new_port) for s in local))
+        for slot in local:
+            slot.url = slot.process.url
         log.info("started %d vLLM server(s) in %.1f s (logs in %s)", len(self.slots), max(waited), self.log_dir)
 
     async def attach(self, model_name: str) -> None:

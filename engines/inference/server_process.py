@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -83,6 +84,29 @@ class LocalServer:
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def move_to(self, port: int) -> None:
+        """Listen on `port` (and be reached there) from the next start on."""
+        self.argv[self.argv.index("--port") + 1] = str(port)
+        self.url = f"{self.url.rsplit(':', 1)[0]}:{port}"
+
+    def lost_its_port(self) -> bool:
+        """Whether the process exited because another one bound its port first."""
+        return self.process is not None and not self.alive() and "Address already in use" in log_tail(self.log_path, 5)
+
+    async def wait_started(self, timeout_s: float, new_port: Callable[[], int] | None = None, tries: int = 3) -> float:
+        """wait_healthy; a server that lost its port (a free port can be taken by another
+        process between `free_port` and the server's bind) is started again on `new_port()`,
+        `tries` starts in all. Without `new_port` (a fixed port) it is not moved."""
+        for attempt in range(1, tries + 1):
+            try:
+                return await self.wait_healthy(timeout_s)
+            except ServerStartError:
+                if new_port is None or attempt == tries or not self.lost_its_port():
+                    raise
+            self.move_to(new_port())
+            self.start()
+        raise AssertionError("unreachable")
 
     async def wait_healthy(self, timeout_s: float) -> float:
         """Poll /health until it answers 200; returns seconds waited. Raises
