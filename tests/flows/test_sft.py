@@ -17,6 +17,7 @@ from flows.config_loader import load_config
 from flows.sft import cache_inputs, copy_drilled, mixed_micro_tasks
 
 TRAIN = generate_micro_tasks(6, seed=0)
+CORPUS = ["--tasks.kind", "corpus", "--tasks.corpus_path", "c/", "--env.feedback", "keep"]  # a corpus run
 
 
 def key(*overrides: str, train=TRAIN) -> str:
@@ -77,7 +78,7 @@ def test_rl_settings_and_settings_that_change_no_weight_keep_the_key(override: l
 
 
 def test_a_corpus_run_mixes_in_the_micro_tasks_it_asks_for_and_keys_them() -> None:
-    corpus = ["--tasks.kind", "corpus", "--tasks.corpus_path", "c/", "--env.feedback", "keep"]
+    corpus = CORPUS
     plain = load_config(RunConfig, None, corpus)
     mixed = load_config(RunConfig, None, [*corpus, "--trainer.sft.micro_demonstrations", "5"])
     assert mixed_micro_tasks(plain) == []
@@ -90,7 +91,7 @@ def test_a_corpus_run_mixes_in_the_micro_tasks_it_asks_for_and_keys_them() -> No
 
 
 def test_a_corpus_run_with_a_hint_may_rename_its_demonstrations_and_keys_the_share() -> None:
-    corpus = ["--tasks.kind", "corpus", "--tasks.corpus_path", "c/", "--env.feedback", "keep"]
+    corpus = CORPUS
     plain = load_config(RunConfig, None, corpus)
     renamed = load_config(RunConfig, None, [*corpus, "--tasks.hint", "function", "--trainer.sft.renamed_share", "0.5"])
     assert warm_start_key(cache_inputs(renamed, TRAIN)) != warm_start_key(cache_inputs(plain, TRAIN))
@@ -100,7 +101,7 @@ def test_a_corpus_run_with_a_hint_may_rename_its_demonstrations_and_keys_the_sha
 
 
 def test_copy_drills_need_a_corpus_run_whose_hint_names_the_function_and_change_the_key() -> None:
-    corpus = ["--tasks.kind", "corpus", "--tasks.corpus_path", "c/", "--env.feedback", "keep", "--tasks.hint"]
+    corpus = [*CORPUS, "--tasks.hint"]
     plain = load_config(RunConfig, None, [*corpus, "function"])
     drilled = load_config(RunConfig, None, [*corpus, "function", "--trainer.sft.copy_drill_steps", "100"])
     assert warm_start_key(cache_inputs(drilled, TRAIN)) != warm_start_key(cache_inputs(plain, TRAIN))
@@ -120,16 +121,7 @@ def test_the_copy_drill_phase_trains_the_fresh_model_into_a_folder_beside_it(
         "class RowIndex:\n    def merge_with(self):\n        pass\n    def sliding_window_count(self, n):\n        pass\n    def _evict_oldest(self):\n        pass\n"
     ]
     drills = ["--trainer.sft.copy_drill_steps", "2", "--trainer.sft.batch_size", "2"]
-    corpus = [
-        "--tasks.kind",
-        "corpus",
-        "--tasks.corpus_path",
-        "c/",
-        "--env.feedback",
-        "keep",
-        "--tasks.hint",
-        "function",
-    ]
+    corpus = [*CORPUS, "--tasks.hint", "function"]
     config = load_config(RunConfig, None, [*corpus, *drills])
     with temporary_settings(updates={PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
         out = copy_drilled(str(init), code, config)  # its SFT is a task of the sft flow
