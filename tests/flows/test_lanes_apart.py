@@ -42,6 +42,10 @@ RUN = "apart"
 STEPS = 3
 LANES = {"rollout_deployment": "rollout-host/remote", "trainer_deployment": "trainer-lane/remote"}
 LANE_FLOWS = ("rollout-host", "rollout-lane", "trainer-lane")  # rollout-lane: the rollout host's subflow
+# vLLM's cache as an installed machine keeps it, outside the host's HOME: with none, each
+# server start inspects the model class in a subprocess first (about 8 s alone, 25-30 s
+# beside the rest of the suite), which is set-up of the machine, not of the run.
+VLLM_CACHE = os.environ.get("VLLM_CACHE_ROOT") or str(Path.home() / ".cache" / "vllm")
 
 
 def test_lanes_config_needs_both_deployments_or_none() -> None:
@@ -85,7 +89,8 @@ def test_servers_on_other_hosts_run_as_one_deployed_lane_each(tmp_path: Path) ->
 
 
 class Host:
-    """A process worker standing for one machine: its own cwd, HOME, TMPDIR and PREFECT_HOME."""
+    """A process worker standing for one machine: its own cwd, HOME, TMPDIR and PREFECT_HOME
+    (vLLM's cache is the installed machine's: VLLM_CACHE)."""
 
     def __init__(self, base: Path, pool: str, env: dict[str, str]) -> None:
         self.base = base
@@ -106,6 +111,7 @@ class Host:
                     "HOME": str(base / "home"),
                     "TMPDIR": str(self.tmp),
                     "PREFECT_HOME": str(base / "prefect"),
+                    "VLLM_CACHE_ROOT": VLLM_CACHE,
                 },
                 stdout=log,
                 stderr=subprocess.STDOUT,
