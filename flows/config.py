@@ -325,12 +325,19 @@ class RunSFTConfig(SFTConfig):
     copy_drill_steps: int = Field(
         0,
         ge=0,
-        description="SFT steps (of batch_size drills each) on copy drills before the demonstrations "
-        "(engines/env/task_sources/copy_drills.py): statements whose hint names a file and function made of random "
-        "letters and the training code's words, answered by the view of exactly those names, so the tiny model learns "
-        "to copy a name from the statement (an induction circuit, formed in a phase change: docs/"
-        "2026-12-06-real-task-gate.md) before it learns the tools; long repository episodes alone did not teach it in "
-        "the SFT time a run has. 0: none. Needs tasks.kind = corpus and tasks.hint = 'function'; refused otherwise.",
+        description="SFT steps (of copy_drill_batch_size drills each) on copy drills before the demonstrations "
+        "(engines/env/task_sources/copy_drills.py): statements whose hint names a file and function drawn from the "
+        "names of the Python code installed beside the trainer (about 100,000, too many to recall), answered by the "
+        "view of exactly those names, so the tiny model learns to copy a name from the statement (an induction "
+        "circuit, formed in a phase change near step 450: docs/2026-12-06-real-task-gate.md) before it learns the "
+        "tools; long repository episodes alone did not teach it in the SFT time a run has. 0: none. Needs "
+        "tasks.kind = corpus and tasks.hint = 'function'; refused otherwise.",
+    )
+    copy_drill_batch_size: int = Field(
+        32,
+        ge=1,
+        description="Copy drills a step of the copy-drill phase (trainer.sft.copy_drill_steps): each is about 80 "
+        "tokens, so 32 cost about 1 s a step on 2 cores. Read only when copy_drill_steps > 0.",
     )
     renamed_share: float = Field(
         0.0,
@@ -510,6 +517,11 @@ class RunConfig(BaseModel):
                 "trainer.sft.copy_drill_steps drills copying the file and function a corpus run's hint names "
                 f"(tasks.kind = 'corpus', tasks.hint = 'function'); this run has tasks.kind = {self.tasks.kind!r}, "
                 f"tasks.hint = {self.tasks.hint!r}: remove the key or set the hint"
+            )
+        if "copy_drill_batch_size" in self.trainer.sft.model_fields_set and not self.trainer.sft.copy_drill_steps:
+            raise ValueError(
+                "trainer.sft.copy_drill_batch_size sizes the copy-drill phase, and trainer.sft.copy_drill_steps = 0 "
+                "runs none: set copy_drill_steps or remove the key"
             )
         if self.trainer.sft.renamed_share and (self.tasks.kind == "micro" or self.tasks.hint == "tests"):
             raise ValueError(

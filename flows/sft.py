@@ -98,19 +98,21 @@ def build(config: RunConfig, train: list[Task], out: str, work: Path, store: Sto
         demos = micro_demonstrations(config, train)
     init = create_model(initial_dir(work), quote(demos), config.model.tiny, quote(code))
     if sft.copy_drill_steps:
-        init = copy_drilled(init, code, config)
+        init = copy_drilled(init, config)
     if config.tasks.kind == "corpus":  # real code runs long: measured with the tokenizer just trained
         demos = fit_demonstrations(init, quote(demos), config.trainer.seq_len)
     return fine_tune(init, quote(demos), out, config.trainer, store)
 
 
-def copy_drilled(init: str, code: list[str], config: RunConfig) -> str:
+def copy_drilled(init: str, config: RunConfig) -> str:
     """The fresh model `init` after trainer.sft.copy_drill_steps steps on copy drills of the
-    training code's names (engines/env/task_sources/copy_drills.py), beside it: it learns to
+    installed code's names (engines/env/task_sources/copy_drills.py), beside it: it learns to
     copy a name from the statement before it learns the tools."""
     sft = config.trainer.sft
-    drills = copy_drills(sft.copy_drill_steps * sft.batch_size, config.tasks.seed, code)
-    phase = sft.model_copy(update={"max_steps": sft.copy_drill_steps, "max_seconds": None})
+    drills = copy_drills(sft.copy_drill_steps * sft.copy_drill_batch_size, config.tasks.seed)
+    phase = sft.model_copy(
+        update={"max_steps": sft.copy_drill_steps, "batch_size": sft.copy_drill_batch_size, "max_seconds": None}
+    )
     out = str(Path(init).parent / "copy-drilled")
     return fine_tune(init, quote(drills), out, config.trainer.model_copy(update={"sft": phase}), None)
 

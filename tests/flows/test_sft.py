@@ -108,6 +108,11 @@ def test_copy_drills_need_a_corpus_run_whose_hint_names_the_function_and_change_
     for refused in ([*corpus, "file"], []):  # the hint names no function; a micro run
         with pytest.raises(ValueError, match="trainer.sft.copy_drill_steps drills copying"):
             load_config(RunConfig, None, [*refused, "--trainer.sft.copy_drill_steps", "100"])
+    batch = ["--trainer.sft.copy_drill_batch_size", "16"]
+    smaller = load_config(RunConfig, None, [*corpus, "function", "--trainer.sft.copy_drill_steps", "100", *batch])
+    assert warm_start_key(cache_inputs(smaller, TRAIN)) != warm_start_key(cache_inputs(drilled, TRAIN))
+    with pytest.raises(ValueError, match="copy_drill_batch_size sizes the copy-drill phase"):
+        load_config(RunConfig, None, [*corpus, "function", *batch])  # no drill phase to size
 
 
 def test_the_copy_drill_phase_trains_the_fresh_model_into_a_folder_beside_it(
@@ -117,14 +122,11 @@ def test_the_copy_drill_phase_trains_the_fresh_model_into_a_folder_beside_it(
 
     init = tmp_path / "init-model"
     shutil.copytree(tiny_model_dir, init)
-    code = [
-        "class RowIndex:\n    def merge_with(self):\n        pass\n    def sliding_window_count(self, n):\n        pass\n    def _evict_oldest(self):\n        pass\n"
-    ]
-    drills = ["--trainer.sft.copy_drill_steps", "2", "--trainer.sft.batch_size", "2"]
+    drills = ["--trainer.sft.copy_drill_steps", "2", "--trainer.sft.copy_drill_batch_size", "2"]
     corpus = [*CORPUS, "--tasks.hint", "function"]
     config = load_config(RunConfig, None, [*corpus, *drills])
     with temporary_settings(updates={PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
-        out = copy_drilled(str(init), code, config)  # its SFT is a task of the sft flow
+        out = copy_drilled(str(init), config)  # its SFT is a task of the sft flow
     assert Path(out) == tmp_path / "copy-drilled"
     before, after = load_file(init / "model.safetensors"), load_file(Path(out) / "model.safetensors")
     assert before.keys() == after.keys() and any(not before[k].equal(after[k]) for k in before)

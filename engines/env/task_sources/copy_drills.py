@@ -4,67 +4,75 @@ together, answered by the `view` of exactly those names.
 A tiny model trained from scratch on a few projects' demonstrations writes their names
 from memory, and on a project it never saw it names no right file
 (docs/2026-12-06-real-task-gate.md). Copying a name from the statement takes an
-induction circuit, and that circuit forms in a phase change: on drills of about 60
-tokens the loss sat near 3.5 for 300 steps, then fell below 0.3 by step 700 (32 drills a
-step, 0.65 s each on 2 cores). Drills are cheap to learn it on; long repository episodes
-are not (300 steps of them left it unformed). So the warm start drills first
-(trainer.sft.copy_drill_steps), then learns the tools on the repository demonstrations.
+induction circuit, and that circuit forms in a phase change: the drills' loss sits near
+3.5 for a few hundred steps, then falls below 0.3 (32 drills a step, about 1 s each on 2
+cores). Drills are cheap to learn it on; long repository episodes are not (300 steps of
+them left it unformed). So the warm start drills first (trainer.sft.copy_drill_steps),
+then learns the tools on the repository demonstrations.
 
-Names are the training code's own functions and classes now and then, otherwise joined
-from its words and from random letters (`_cache_qzvt`, `RowKebs`), so no name repeats
-often enough to be recalled: copying is the one way to lower the loss.
+The names are real: the functions and classes of the Python code installed beside the
+trainer (the standard library and site-packages, about 100,000 names), too many to
+recall, so copying is the one way to lower the loss. Names from a few projects' code, or
+joined from random letters, did not teach it: drilled on those, the model copied 0-2% of
+the names of a project it never saw; drilled on installed code's names, it copied them.
 """
 
 from __future__ import annotations
 
 import random
 import re
-import string
-from collections.abc import Sequence
+import sysconfig
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 
 from engines.env.task_sources.selection import hint_sentence
 
-# Shares of the code's own names and words; the rest are random letters. Names from the
-# code alone (a few thousand) were partly recalled: a model drilled on them to a loss of
-# 0.43 copied 1.7% of the names of a project it never saw.
-_OWN_NAMES = 0.2
-_OWN_WORDS = 0.3
 _DEF = re.compile(r"^\s*def ([A-Za-z_]\w*)", re.M)
 _CLASS = re.compile(r"^class ([A-Za-z_]\w*)", re.M)
+# A file's first part holds most of its names; reading no more keeps the pool's build
+# to seconds over the ~30,000 installed files.
+_READ_BYTES = 20_000
 
 
 class NamePool:
     """Functions and classes of some code, and the words their names are made of."""
 
-    def __init__(self, code: Sequence[str]) -> None:
-        text = "\n".join(code)
-        self.functions = sorted({n for n in _DEF.findall(text) if not n.startswith(("__", "test"))})
-        self.classes = sorted(set(_CLASS.findall(text)))
+    def __init__(self, code: Iterable[str]) -> None:
+        functions: set[str] = set()
+        classes: set[str] = set()
+        for text in code:
+            functions.update(n for n in _DEF.findall(text) if not n.startswith("test"))
+            classes.update(_CLASS.findall(text))
+        self.functions, self.classes = sorted(functions), sorted(classes)
         words = {w.lower() for n in [*self.functions, *self.classes] for w in _words(n)}
         self.words = sorted(w for w in words if w.isidentifier() and len(w) > 1)
-        if len(self.words) < 8:
-            raise ValueError(f"copy drills need names to draw from: the training code holds {len(self.words)} words")
+        if len(self.words) < 8 or not self.classes:
+            raise ValueError(f"copy drills need names to draw from: the code holds {len(self.words)} words")
 
     def function(self, rng: random.Random) -> str:
-        if self.functions and rng.random() < _OWN_NAMES:
-            return rng.choice(self.functions)
-        name = "_".join(self.word(rng) for _ in range(rng.randint(1, 3)))
-        return f"_{name}" if rng.random() < 0.25 else name
+        return rng.choice(self.functions)
 
     def klass(self, rng: random.Random) -> str:
-        if self.classes and rng.random() < _OWN_NAMES:
-            return rng.choice(self.classes)
-        return "".join(self.word(rng).capitalize() for _ in range(rng.randint(1, 2)))
+        return rng.choice(self.classes)
 
     def module(self, rng: random.Random) -> str:
-        return "_".join(self.word(rng) for _ in range(rng.randint(1, 2)))
+        return "_".join(rng.choice(self.words) for _ in range(rng.randint(1, 2)))
 
-    def word(self, rng: random.Random) -> str:
-        """A word of the code, or letters no code holds: a name built of those is never
-        recalled, only copied."""
-        if rng.random() < _OWN_WORDS:
-            return rng.choice(self.words)
-        return "".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 8)))
+
+def installed_code() -> Iterator[str]:
+    """The source of the Python code installed beside the trainer, tests left out, each
+    file's first `_READ_BYTES`, in a fixed order."""
+    paths = sysconfig.get_paths()
+    for root in dict.fromkeys(Path(paths[key]) for key in ("stdlib", "purelib")):
+        for path in sorted(root.rglob("*.py")):
+            inside = path.relative_to(root).parts
+            if "site-packages" in inside or any("test" in part for part in inside):
+                continue
+            try:
+                with open(path, encoding="utf-8", errors="ignore") as f:
+                    yield f.read(_READ_BYTES)
+            except OSError:
+                continue
 
 
 def _words(name: str) -> list[str]:
@@ -88,7 +96,8 @@ def copy_drill(pool: NamePool, rng: random.Random) -> list[dict[str, str]]:
     return [{"role": "user", "content": statement}, {"role": "assistant", "content": f"view {path} {scope}"}]
 
 
-def copy_drills(count: int, seed: int, code: Sequence[str]) -> list[list[dict[str, str]]]:
-    """`count` drills with names from `code` (the training projects' source), drawn by `seed`."""
-    pool, rng = NamePool(code), random.Random(seed)
+def copy_drills(count: int, seed: int, code: Sequence[str] | None = None) -> list[list[dict[str, str]]]:
+    """`count` drills drawn by `seed`, their names from `code`, or from the installed code
+    (`installed_code`) when None."""
+    pool, rng = NamePool(installed_code() if code is None else code), random.Random(seed)
     return [copy_drill(pool, rng) for _ in range(count)]
