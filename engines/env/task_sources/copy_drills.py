@@ -19,6 +19,7 @@ the names of a project it never saw; drilled on installed code's names, it copie
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import sysconfig
@@ -75,6 +76,12 @@ def installed_code() -> Iterator[str]:
                 continue
 
 
+@functools.cache
+def installed_pool() -> NamePool:
+    """The `NamePool` of `installed_code`, read once a process."""
+    return NamePool(installed_code())
+
+
 def _words(name: str) -> list[str]:
     """`_compile_mapping` -> compile, mapping; `LRUCache` -> lru, cache."""
     return re.findall(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+", name)
@@ -99,5 +106,5 @@ def copy_drill(pool: NamePool, rng: random.Random) -> list[dict[str, str]]:
 def copy_drills(count: int, seed: int, code: Sequence[str] | None = None) -> list[list[dict[str, str]]]:
     """`count` drills drawn by `seed`, their names from `code`, or from the installed code
     (`installed_code`) when None."""
-    pool, rng = NamePool(installed_code() if code is None else code), random.Random(seed)
+    pool, rng = installed_pool() if code is None else NamePool(code), random.Random(seed)
     return [copy_drill(pool, rng) for _ in range(count)]

@@ -4,7 +4,9 @@ so each edit's OLD still stands in its view and nothing of the old names is left
 from __future__ import annotations
 
 import random
+import re
 
+from engines.env.task_sources.copy_drills import installed_pool
 from engines.env.task_sources.renamed_demos import hinted_names, renamed, renamed_share
 
 STATEMENT = "Some tests of shop 1.0 fail.\nFAILED tests/test_shop.py::test_total\nThe bug is in Prices._total of shop/prices.py."
@@ -55,3 +57,14 @@ def test_the_share_is_drawn_by_seed_and_a_statement_without_a_hint_is_left_as_it
     assert all(d != DEMO for d in renamed_share(demos, 1.0, seed=3))
     names = {d[1]["content"] for d in renamed_share(demos, 1.0, seed=3)}
     assert len(names) > 30  # made up afresh for each demonstration: nothing to recall
+
+
+def test_made_up_names_join_given_words_or_else_the_installed_codes() -> None:
+    view = renamed(DEMO, random.Random(0), ["alpha", "beta", "gamma"])[1]["content"]
+    names = re.findall(r"[a-z]+", view.lower().removeprefix("view ").replace(".py", ""))
+    assert names and all(re.fullmatch("(alpha|beta|gamma)+", n) for n in names)
+    pool = set(installed_pool().words)
+    assert len(pool) > 5_000  # renamed from about a hundred words, a model learned their joins, not copying
+    functions = [renamed(DEMO, random.Random(s))[1]["content"].split()[2].split(".")[1] for s in range(50)]
+    words = [w for f in functions for w in f.strip("_").split("_")]
+    assert set(words) <= pool and len(set(words)) > 60
