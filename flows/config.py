@@ -518,7 +518,12 @@ class RunConfig(BaseModel):
                 f"(tasks.kind = 'corpus', tasks.hint = 'function'); this run has tasks.kind = {self.tasks.kind!r}, "
                 f"tasks.hint = {self.tasks.hint!r}: remove the key or set the hint"
             )
-        if "copy_drill_batch_size" in self.trainer.sft.model_fields_set and not self.trainer.sft.copy_drill_steps:
+        sft = self.trainer.sft
+        # Against the default, not model_fields_set: a config passed on whole (a lane's) sets every field.
+        if (
+            sft.copy_drill_batch_size != type(sft).model_fields["copy_drill_batch_size"].default
+            and not sft.copy_drill_steps
+        ):
             raise ValueError(
                 "trainer.sft.copy_drill_batch_size sizes the copy-drill phase, and trainer.sft.copy_drill_steps = 0 "
                 "runs none: set copy_drill_steps or remove the key"

@@ -113,6 +113,7 @@ def test_copy_drills_need_a_corpus_run_whose_hint_names_the_function_and_change_
     assert warm_start_key(cache_inputs(smaller, TRAIN)) != warm_start_key(cache_inputs(drilled, TRAIN))
     with pytest.raises(ValueError, match="copy_drill_batch_size sizes the copy-drill phase"):
         load_config(RunConfig, None, [*corpus, "function", *batch])  # no drill phase to size
+    RunConfig(**plain.model_dump(mode="json"))  # passed on whole (a lane's config) with the default: accepted
 
 
 def test_the_copy_drill_phase_trains_the_fresh_model_into_a_folder_beside_it(
