@@ -27,3 +27,19 @@ def alive(pid: int) -> bool:
     with contextlib.suppress(psutil.Error):
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     return False
+
+
+def running(proc: psutil.Process) -> bool:
+    """Whether the process `proc` was taken for is live. Unlike a pid, a handle does not
+    follow the pid to a new process: pids wrap at 32,768 here, and the suite starts
+    thousands of processes and threads."""
+    with contextlib.suppress(psutil.Error):
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    return False
+
+
+def kill(proc: psutil.Process) -> None:
+    """SIGKILL to `proc` if it still runs; never to another process that took its pid since,
+    which may be another test's."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        proc.kill()  # psutil checks the process's start time first

@@ -10,7 +10,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from tests.processes import alive
+import psutil
+
+from tests.processes import kill, running
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,14 +26,14 @@ PARENT = textwrap.dedent("""
 """)
 
 
-def _alive(pid: int) -> bool:
-    return alive(pid)
+def _alive(proc: psutil.Process) -> bool:
+    return running(proc)
 
 
-def _orphan_after_parent_killed(mode: str) -> int:
+def _orphan_after_parent_killed(mode: str) -> psutil.Process:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     parent = subprocess.Popen([sys.executable, "-c", PARENT, mode], stdout=subprocess.PIPE, env=env)
-    child = int(parent.stdout.readline())
+    child = psutil.Process(int(parent.stdout.readline()))  # a handle while it runs: its pid may be reused after
     parent.kill()
     parent.wait()
     return child
@@ -46,11 +48,8 @@ def test_child_is_stopped_when_its_parent_is_killed():
         assert not _alive(bound)
         assert _alive(free)  # without it the child lives on: the test can tell the difference
     finally:
-        for pid in (bound, free):
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
+        for proc in (bound, free):
+            kill(proc)
 
 
 # A lane as the run starts it: its own session, a parent-death SIGTERM that it (like a
@@ -82,13 +81,13 @@ LANE = textwrap.dedent("""
 """)
 
 
-def _lane_tree_after_owner_killed(mode: str) -> list[int]:
+def _lane_tree_after_owner_killed(mode: str) -> list[psutil.Process]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER, mode, LANE], stdout=subprocess.PIPE, env=env, start_new_session=True
     )
-    lane = int(owner.stdout.readline())
-    group, rank = (int(p) for p in owner.stdout.readline().split())
+    lane = psutil.Process(int(owner.stdout.readline()))
+    group, rank = (psutil.Process(int(p)) for p in owner.stdout.readline().split())
     owner.kill()
     owner.wait()
     return [lane, group, rank]
@@ -103,8 +102,5 @@ def test_a_lane_its_group_and_its_own_session_children_end_with_a_killed_owner()
         assert [p for p in bound if _alive(p)] == []
         assert all(_alive(p) for p in free)  # without end_with_owner they live on: the test can tell
     finally:
-        for pid in bound + free:
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
+        for proc in bound + free:
+            kill(proc)
