@@ -74,5 +74,4 @@ def renamed(demo: list[dict], rng: random.Random, words: Sequence[str] | None = 
 def renamed_share(demos: Sequence[list[dict]], share: float, seed: int) -> list[list[dict]]:
     """`demos` with about `share` of them renamed (drawn by `seed`), the rest as they were."""
     rng = random.Random(seed)
-    words = installed_pool().words if share else None
-    return [renamed(d, rng, words) if rng.random() < share else d for d in demos]
+    return [renamed(d, rng) if rng.random() < share else d for d in demos]
