@@ -10,6 +10,7 @@ held-out projects (code never trained on) and the held-out tasks of training pro
 apart:
 
   named_file          the episode's first action naming a file (a view or an edit) names the buggy one
+  first_view          that action is the view of exactly the file and function the hint names
   first_edit          an edit (change, replace or edit) within the episode's turns
   named_view          a view of the function the statement names came before it
   scope_named         the edit names that function (a `change` by scope)
@@ -19,7 +20,11 @@ apart:
   buggy_line          the changed line is the mutated one
 
     python -m benchmarks.repo_edit_gate --config configs/repos.toml [--tasks 200] [--warm-start DIR]
-        [--run-args --tasks.corpus_path corpus/small --trainer.sft.max_steps 600 ...]
+        [--turns N] [--run-args --tasks.corpus_path corpus/small --trainer.sft.max_steps 600 ...]
+
+`--turns 1 --warm-start DIR` probes a model's first turn alone: how exactly a model
+after the copy drills alone (the `copy-drilled` folder beside the fresh one) copies the
+hint's names from real statements, in a minute.
 
 Appends a row to the `experiments` table (benchmarks/learning.py). The last line
 printed is one JSON object.
@@ -60,17 +65,28 @@ _BATCH = 16  # real-code prompts run to 2,000 tokens: a smaller batch than the m
 
 
 def classify(
-    task: Task, files: dict[str, list[str]], viewed: list[str], action: Action | None, first_path: str | None = None
+    task: Task, files: dict[str, list[str]], viewed: list[str], action: Action | None, first: Action | None = None
 ) -> dict[str, bool]:
     """What the first edit `action` (None: no edit) does to the task's buggy file;
-    `first_path`: the file the episode's first view or edit named."""
+    `first`: the episode's first action naming a file (a view or an edit)."""
     meta = task.meta()
     path, function = meta["file"], meta.get("function") or ""
     out = dict.fromkeys(
-        ("named_file", "first_edit", "named_view", "scope_named", "old_in_function", "applied", "gate", "buggy_line"),
+        (
+            "named_file",
+            "first_view",
+            "first_edit",
+            "named_view",
+            "scope_named",
+            "old_in_function",
+            "applied",
+            "gate",
+            "buggy_line",
+        ),
         False,
     )
-    out["named_file"] = first_path == path
+    out["named_file"] = first is not None and first.path == path
+    out["first_view"] = out["named_file"] and first.tool == "view" and bool(function) and first.scope == function
     if action is None:
         return out
     out["first_edit"] = True
@@ -96,20 +112,23 @@ def classify(
     return out
 
 
-def first_edits(model_dir: Path, tasks: list[Task], config: RunConfig, scratch: Path) -> list[dict[str, Any]]:
-    """Greedy episodes of `tasks` up to each one's first edit (not applied: no test runs)."""
+def first_edits(
+    model_dir: Path, tasks: list[Task], config: RunConfig, scratch: Path, turns: int | None = None
+) -> list[dict[str, Any]]:
+    """Greedy episodes of `tasks` up to each one's first edit (not applied: no test runs),
+    at most `turns` turns (None: the run's inference.limits.max_turns)."""
     model, tokenizer = load_moe_causal_lm(str(model_dir)), load_tokenizer(str(model_dir))
     model.eval()
     env = config.env.model_copy(update={"scratch_dir": str(scratch)})
     sessions = [EnvSession.open(t, env) for t in tasks]
     chats = [[{"role": "user", "content": s.prompt()}] for s in sessions]
     viewed: list[list[str]] = [[] for _ in tasks]
-    first_path: list[str | None] = [None] * len(tasks)
+    first: list[Action | None] = [None] * len(tasks)
     results: list[dict[str, Any] | None] = [None] * len(tasks)
     actions: list[Counter] = [Counter() for _ in tasks]
     active = list(range(len(tasks)))
     limits = config.inference
-    for _ in range(limits.limits.max_turns):
+    for _ in range(turns or limits.limits.max_turns):
         turns = [chats[i] for i in active]
         texts = greedy_turns(model, tokenizer, turns, limits.sampling.max_tokens_per_turn, _BATCH)
         still = []
@@ -117,10 +136,10 @@ def first_edits(model_dir: Path, tasks: list[Task], config: RunConfig, scratch: 
             action = parse_action(text)
             tool = action.tool if isinstance(action, Action) else "invalid"
             actions[i][tool] += 1
-            if isinstance(action, Action) and action.path and first_path[i] is None:
-                first_path[i] = action.path
+            if isinstance(action, Action) and action.path and first[i] is None:
+                first[i] = action
             if isinstance(action, Action) and action.tool in EDIT_TOOLS:
-                results[i] = classify(tasks[i], _files(sessions[i], tasks[i]), viewed[i], action, first_path[i])
+                results[i] = classify(tasks[i], _files(sessions[i], tasks[i]), viewed[i], action, first[i])
                 continue
             if isinstance(action, Action) and action.tool == "view" and action.scope:
                 viewed[i].append(action.scope)
@@ -135,7 +154,7 @@ def first_edits(model_dir: Path, tasks: list[Task], config: RunConfig, scratch: 
         s.close()
     return [
         {"task": t, "first": r or classify(t, {}, [], None, p), "actions": dict(a)}
-        for t, r, a, p in zip(tasks, results, actions, first_path)
+        for t, r, a, p in zip(tasks, results, actions, first)
     ]
 
 
@@ -155,10 +174,10 @@ def figures(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 @flow(name="repo-edit-gate", log_prints=True)
 def probe(
-    config: RunConfig, count: int, work: Path, given: Path | None = None
+    config: RunConfig, count: int, work: Path, given: Path | None = None, turns: int | None = None
 ) -> tuple[dict[str, Any], str, float | None]:
     """The gate's figures by split, the warm start's folder, and its build seconds (None:
-    cached or `given`, a warm start folder probed as it is)."""
+    cached or `given`, a warm start folder probed as it is); episodes of at most `turns` turns."""
     corpus = draw_corpus(config.tasks.corpus_path, str(work / "corpus"), corpus_draw(config))
     tasks = load_corpus(corpus)
     train = [t for t in tasks if t.split == "train"]
@@ -173,7 +192,7 @@ def probe(
     folder = given or cached(warm_start_key(inputs), make, inputs=inputs)
     build_s = round(time.monotonic() - start, 1) if built else None
     trained = {t.repo for t in train}
-    results = first_edits(folder, heldout, config, work / "scratch")
+    results = first_edits(folder, heldout, config, work / "scratch", turns)
     out = {
         "heldout_projects": figures([r for r in results if r["task"].repo not in trained]),
         "heldout_tasks": figures([r for r in results if r["task"].repo in trained]),
@@ -188,7 +207,7 @@ def main() -> None:
     config = load_config(RunConfig, args.config, args.run_args)
     work = Path(tempfile.mkdtemp(prefix="repo-edit-gate-"))
     with prefect_api(work / "prefect"):
-        by_split, folder, build_s = probe(config, args.tasks, work, args.warm_start)
+        by_split, folder, build_s = probe(config, args.tasks, work, args.warm_start, args.turns)
     sft = config.trainer.sft
     result = {
         "bench": "repo_edit_gate",
@@ -199,7 +218,7 @@ def main() -> None:
         "warm_start_build_s": build_s,
         "probe_s": round(time.monotonic() - start - (build_s or 0), 1),
     }
-    settings = {"run_args": args.run_args, "config_file": args.config, "warm_start": folder}
+    settings = {"run_args": args.run_args, "config_file": args.config, "warm_start": folder, "turns": args.turns}
     name = args.name or f"repo-edit-gate-{sft.max_steps}"
     record_experiment(args.experiments, name, settings, result, started_at, time.monotonic() - start)
     for split in ("heldout_projects", "heldout_tasks"):
@@ -207,7 +226,8 @@ def main() -> None:
         if f.get("tasks"):
             print(
                 f"[repo-edit-gate] {split} ({f['tasks']} tasks): gate {f['gate']:.3f} {f['gate_interval']}, "
-                f"applied {f['applied']:.3f}, named file {f['named_file']:.3f}, first edit {f['first_edit']:.3f}, "
+                f"applied {f['applied']:.3f}, named file {f['named_file']:.3f}, first view {f['first_view']:.3f}, "
+                f"first edit {f['first_edit']:.3f}, "
                 f"named view {f['named_view']:.3f}, "
                 f"OLD in function {f['old_in_function']:.3f}, buggy line {f['buggy_line']:.3f}; turns {f['turns']}"
             )
@@ -221,6 +241,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--name", help="the row's name in the experiments table")
     parser.add_argument(
         "--warm-start", type=Path, help="probe this model folder instead of the run's warm start (built or cached)"
+    )
+    parser.add_argument(
+        "--turns", type=int, help="turns an episode may take (default: the run's inference.limits.max_turns)"
     )
     parser.add_argument(
         "--experiments",

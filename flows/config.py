@@ -339,6 +339,25 @@ class RunSFTConfig(SFTConfig):
         description="Copy drills a step of the copy-drill phase (trainer.sft.copy_drill_steps): each is about 80 "
         "tokens, so 32 cost about 1 s a step on 2 cores. Read only when copy_drill_steps > 0.",
     )
+    copy_drill_share: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Share of the repository SFT's examples that are copy drills (as the copy-drill phase's, drawn "
+        "with another seed), mixed among the demonstrations so the copying the phase formed keeps being trained "
+        "while the model learns the training projects' names (engines/env/task_sources/copy_drills.py). 0: "
+        "demonstrations only. Needs copy_drill_steps > 0 (a circuit to keep); refused otherwise.",
+    )
+    edit_drill_share: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Share of the repository SFT's examples that are edit drills (engines/env/task_sources/"
+        "edit_drills.py): a repository episode's first turns on a function of the installed Python code (about "
+        "30,000 files), viewing the function the hint names and changing one of its lines, so the model copies "
+        "names and OLD from code too plentiful to recall, as on a project it never trained on. 0: none. Needs "
+        "tasks.kind = corpus and tasks.hint = 'function'; refused otherwise.",
+    )
     renamed_share: float = Field(
         0.0,
         ge=0,
@@ -527,6 +546,22 @@ class RunConfig(BaseModel):
             raise ValueError(
                 "trainer.sft.copy_drill_batch_size sizes the copy-drill phase, and trainer.sft.copy_drill_steps = 0 "
                 "runs none: set copy_drill_steps or remove the key"
+            )
+        if sft.copy_drill_share and not sft.copy_drill_steps:
+            raise ValueError(
+                "trainer.sft.copy_drill_share keeps the copying the copy-drill phase forms, and "
+                "trainer.sft.copy_drill_steps = 0 runs no such phase: set copy_drill_steps or remove the key"
+            )
+        if sft.edit_drill_share and (self.tasks.kind == "micro" or self.tasks.hint != "function"):
+            raise ValueError(
+                "trainer.sft.edit_drill_share drills viewing and changing the function a corpus run's hint names "
+                f"(tasks.kind = 'corpus', tasks.hint = 'function'); this run has tasks.kind = {self.tasks.kind!r}, "
+                f"tasks.hint = {self.tasks.hint!r}: remove the key or set the hint"
+            )
+        if sft.copy_drill_share + sft.edit_drill_share >= 1:
+            raise ValueError(
+                f"trainer.sft.copy_drill_share ({sft.copy_drill_share}) and edit_drill_share ({sft.edit_drill_share}) "
+                "leave no room for the repository demonstrations: their sum must be below 1"
             )
         if self.trainer.sft.renamed_share and (self.tasks.kind == "micro" or self.tasks.hint == "tests"):
             raise ValueError(

@@ -21,6 +21,7 @@ from prefect.utilities.annotations import quote
 
 from engines.env.task_sources.copy_drills import copy_drills
 from engines.env.task_sources.corpus import corpus_id, load_corpus
+from engines.env.task_sources.edit_drills import edit_drills
 from engines.env.task_sources.micro import generate_micro_tasks
 from engines.env.task_sources.renamed_demos import renamed_share
 from engines.env.task_sources.repo_demos import source_texts
@@ -100,7 +101,7 @@ def build(config: RunConfig, train: list[Task], out: str, work: Path, store: Sto
     if sft.copy_drill_steps:
         init = copy_drilled(init, config)
     if config.tasks.kind == "corpus":  # real code runs long: measured with the tokenizer just trained
-        demos = fit_demonstrations(init, quote(demos), config.trainer.seq_len)
+        demos = fit_demonstrations(init, quote(with_drills(demos, config)), config.trainer.seq_len)
     return fine_tune(init, quote(demos), out, config.trainer, store)
 
 
@@ -115,6 +116,20 @@ def copy_drilled(init: str, config: RunConfig) -> str:
     )
     out = str(Path(init).parent / "copy-drilled")
     return fine_tune(init, quote(drills), out, config.trainer.model_copy(update={"sft": phase}), None)
+
+
+def with_drills(demos: list[list[dict]], config: RunConfig) -> list[list[dict]]:
+    """`demos` with copy drills and edit drills making trainer.sft.copy_drill_share and
+    edit_drill_share of the whole; the copy drills are drawn with a seed the drill phase
+    does not use (new names, not its drills again)."""
+    sft, seed = config.trainer.sft, config.tasks.seed
+    per_share = len(demos) / (1 - sft.copy_drill_share - sft.edit_drill_share)
+    copies, edits = round(per_share * sft.copy_drill_share), round(per_share * sft.edit_drill_share)
+    return [
+        *demos,
+        *(copy_drills(copies, seed + 1) if copies else []),
+        *(edit_drills(edits, seed, config.env.view_lines) if edits else []),
+    ]
 
 
 def mixed_micro_tasks(config: RunConfig) -> list[Task]:

@@ -44,6 +44,7 @@ CODE_MODULES = (
     "engines/env/task_sources/repo_demos.py",
     "engines/env/task_sources/renamed_demos.py",
     "engines/env/task_sources/copy_drills.py",
+    "engines/env/task_sources/edit_drills.py",
     "engines/env/edit_spans.py",
     "engines/env/scopes.py",
     "engines/env/session.py",

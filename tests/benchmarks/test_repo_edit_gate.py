@@ -12,13 +12,14 @@ from tests.real_project import INVENTORY, SOURCE, TOTAL_OPERATOR_BUG, one_bug_ta
 def _first(task, action: Action | None, viewed: list[str] | None = None) -> dict[str, bool]:
     lines = INVENTORY.replace(*TOTAL_OPERATOR_BUG).rstrip("\n").split("\n")
     parsed = None if action is None else parse_action(render_action(action))
-    return classify(task, {SOURCE: lines}, viewed or [], parsed, None if action is None else action.path)
+    return classify(task, {SOURCE: lines}, viewed or [], parsed, parsed)
 
 
 def test_an_edit_counts_for_the_gate_only_inside_the_function_the_statement_names(tmp_path: Path) -> None:
     task = one_bug_task(write_project(tmp_path / "shop"))  # the bug is in Prices.total
     fix = _first(task, Action("change", SOURCE, scope="Prices.total", old=" //", new=" *"), viewed=["total"])
-    assert fix == dict.fromkeys(fix, True) | {"buggy_line": False}  # the task's meta names no line
+    # The task's meta names no line; the first action naming the file was this edit, not a view.
+    assert fix == dict.fromkeys(fix, True) | {"buggy_line": False, "first_view": False}
     elsewhere = _first(task, Action("change", SOURCE, scope="Stock.add", old=" +", new=" -"), viewed=["Stock.add"])
     assert elsewhere["applied"] and not elsewhere["gate"] and not elsewhere["scope_named"]
     assert not elsewhere["named_view"]
@@ -27,7 +28,10 @@ def test_an_edit_counts_for_the_gate_only_inside_the_function_the_statement_name
     assert not guessed["applied"] and not guessed["gate"]
     none = _first(task, None)
     assert not any(none.values())
-    other_file = classify(task, {SOURCE: []}, [], None, "shop/other.py")
-    assert not other_file["named_file"] and classify(task, {SOURCE: []}, [], None, SOURCE)["named_file"]
+    other_file = classify(task, {SOURCE: []}, [], None, Action("view", "shop/other.py", scope="Prices.total"))
+    assert not other_file["named_file"] and not other_file["first_view"]
+    for scope, exact in (("Prices.total", True), ("total", False), ("Stock.add", False)):
+        view = classify(task, {SOURCE: []}, [], None, Action("view", SOURCE, scope=scope))
+        assert view["named_file"] and view["first_view"] == exact  # exactly the hint's names
     shares = figures([{"first": fix, "actions": {"change": 1}}, {"first": none, "actions": {"view": 10}}])
     assert shares["gate"] == 0.5 and shares["turns"] == {"view": 10, "change": 1}

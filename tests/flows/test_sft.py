@@ -14,7 +14,7 @@ from engines.env.task_sources.micro import generate_micro_tasks, named_function
 from engines.trainer.warm_start_cache import warm_start_key
 from flows.config import RunConfig
 from flows.config_loader import load_config
-from flows.sft import cache_inputs, copy_drilled, mixed_micro_tasks
+from flows.sft import cache_inputs, copy_drilled, mixed_micro_tasks, with_drills
 
 TRAIN = generate_micro_tasks(6, seed=0)
 CORPUS = ["--tasks.kind", "corpus", "--tasks.corpus_path", "c/", "--env.feedback", "keep"]  # a corpus run
@@ -114,6 +114,40 @@ def test_copy_drills_need_a_corpus_run_whose_hint_names_the_function_and_change_
     with pytest.raises(ValueError, match="copy_drill_batch_size sizes the copy-drill phase"):
         load_config(RunConfig, None, [*corpus, "function", *batch])  # no drill phase to size
     RunConfig(**plain.model_dump(mode="json"))  # passed on whole (a lane's config) with the default: accepted
+
+
+def test_drills_mixed_into_the_demonstrations_make_their_shares_and_are_new_ones() -> None:
+    drilled = [*CORPUS, "--tasks.hint", "function", "--trainer.sft.copy_drill_steps", "100"]
+    shares = ["--trainer.sft.copy_drill_share", "0.25", "--trainer.sft.edit_drill_share", "0.25"]
+    mixed = load_config(RunConfig, None, [*drilled, *shares])
+    demos = [[{"role": "user", "content": f"demo {i}"}, {"role": "assistant", "content": "submit"}] for i in range(30)]
+    out = with_drills(demos, mixed)
+    assert out[:30] == demos and len(out) == 60  # 15 of 60 are copy drills, 15 edit drills
+    copies, edits = out[30:45], out[45:]
+    assert all(len(d) == 2 and d[1]["content"].startswith("view ") for d in copies)
+    assert all([m["role"] for m in d] == ["user", "assistant", "tool", "assistant"] for d in edits)
+    assert all(d[3]["content"].startswith("change ") for d in edits)
+    phase = copy_drills_of(mixed)
+    assert not {d[0]["content"] for d in copies} & {d[0]["content"] for d in phase}  # another seed: new drills
+    assert with_drills(demos, load_config(RunConfig, None, drilled)) == demos
+    assert warm_start_key(cache_inputs(mixed, TRAIN)) != warm_start_key(
+        cache_inputs(load_config(RunConfig, None, drilled), TRAIN)
+    )
+    function_hint = [*CORPUS, "--tasks.hint", "function"]
+    with pytest.raises(ValueError, match="copy_drill_share keeps the copying"):
+        load_config(RunConfig, None, [*function_hint, "--trainer.sft.copy_drill_share", "0.25"])
+    for refused in ([*CORPUS, "--tasks.hint", "file"], []):  # the hint names no function; a micro run
+        with pytest.raises(ValueError, match="edit_drill_share drills viewing and changing"):
+            load_config(RunConfig, None, [*refused, "--trainer.sft.edit_drill_share", "0.25"])
+    with pytest.raises(ValueError, match="leave no room for the repository demonstrations"):
+        load_config(RunConfig, None, [*drilled, "--trainer.sft.copy_drill_share", "0.5", *shares[2:3], "0.5"])
+
+
+def copy_drills_of(config: RunConfig) -> list[list[dict]]:
+    """The first drills of `config`'s copy-drill phase (flows/sft.py: copy_drilled draws them)."""
+    from engines.env.task_sources.copy_drills import copy_drills
+
+    return copy_drills(200, config.tasks.seed)
 
 
 def test_the_copy_drill_phase_trains_the_fresh_model_into_a_folder_beside_it(

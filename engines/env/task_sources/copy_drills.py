@@ -33,21 +33,42 @@ _CLASS = re.compile(r"^class ([A-Za-z_]\w*)", re.M)
 # A file's first part holds most of its names; reading no more keeps the pool's build
 # to seconds over the ~30,000 installed files.
 _READ_BYTES = 20_000
+# Code lines kept for statements' failure text: the first ones, then one in 25 (about 100,000).
+_LINES_FIRST, _LINES_EVERY = 1_000, 25
+_ERRORS = (
+    "AssertionError",
+    "AssertionError",
+    "AssertionError",
+    "TypeError",
+    "ValueError",
+    "KeyError",
+    "AttributeError",
+)
+_STATEMENT_CHARS = 1500  # the builder's cut (engines/env/task_sources/builder.py: _problem_statement)
 
 
 class NamePool:
-    """Functions and classes of some code, and the words their names are made of."""
+    """Functions and classes of some code, the words their names are made of, and some of
+    its lines."""
 
     def __init__(self, code: Iterable[str]) -> None:
         functions: set[str] = set()
         classes: set[str] = set()
+        self.lines: list[str] = []
+        seen = 0
         for text in code:
             functions.update(n for n in _DEF.findall(text) if not n.startswith("test"))
             classes.update(_CLASS.findall(text))
+            for line in text.splitlines():
+                line = line.strip()
+                if 8 <= len(line) <= 120 and not line.startswith(("#", '"', "'")):
+                    seen += 1
+                    if seen <= _LINES_FIRST or seen % _LINES_EVERY == 0:
+                        self.lines.append(line)
         self.functions, self.classes = sorted(functions), sorted(classes)
         words = {w.lower() for n in [*self.functions, *self.classes] for w in _words(n)}
         self.words = sorted(w for w in words if w.isidentifier() and len(w) > 1)
-        if len(self.words) < 8 or not self.classes:
+        if len(self.words) < 8 or not self.classes or not self.lines:
             raise ValueError(f"copy drills need names to draw from: the code holds {len(self.words)} words")
 
     def function(self, rng: random.Random) -> str:
@@ -60,20 +81,26 @@ class NamePool:
         return "_".join(rng.choice(self.words) for _ in range(rng.randint(1, 2)))
 
 
-def installed_code() -> Iterator[str]:
-    """The source of the Python code installed beside the trainer, tests left out, each
-    file's first `_READ_BYTES`, in a fixed order."""
+def installed_files() -> Iterator[tuple[str, Path]]:
+    """The Python files installed beside the trainer, tests left out, in a fixed order:
+    each file's path as its package names it (`json/decoder.py`), and where it is."""
     paths = sysconfig.get_paths()
     for root in dict.fromkeys(Path(paths[key]) for key in ("stdlib", "purelib")):
         for path in sorted(root.rglob("*.py")):
             inside = path.relative_to(root).parts
             if "site-packages" in inside or any("test" in part for part in inside):
                 continue
-            try:
-                with open(path, encoding="utf-8", errors="ignore") as f:
-                    yield f.read(_READ_BYTES)
-            except OSError:
-                continue
+            yield "/".join(inside), path
+
+
+def installed_code() -> Iterator[str]:
+    """The source of the installed Python code (`installed_files`), each file's first `_READ_BYTES`."""
+    for _, path in installed_files():
+        try:
+            with open(path, encoding="utf-8", errors="ignore") as f:
+                yield f.read(_READ_BYTES)
+        except OSError:
+            continue
 
 
 @functools.cache
@@ -87,6 +114,39 @@ def _words(name: str) -> list[str]:
     return re.findall(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+", name)
 
 
+def drill_statement(pool: NamePool, rng: random.Random, package: str, module: str, function: str, hint: str) -> str:
+    """A statement as the builder writes one (engines/env/task_sources/builder.py): 1 to 8
+    `FAILED` lines, the first of `module`'s test of `function`, 0 to 12 lines of assertion
+    output, all cut at 1,500 characters, then `hint`. The failures' text is lines of the
+    pool's code, so the hint is one line after hundreds of tokens of code, as in a real
+    statement: a model drilled on short statements alone copied a hint after 100 tokens
+    and garbled it after 500."""
+    version = ".".join(str(rng.randint(0, 12)) for _ in range(3))
+    tests = [f"tests/test_{module}.py::test_{function.strip('_')}"]
+    tests += [
+        f"tests/test_{pool.module(rng)}.py::test_{pool.function(rng).strip('_')}" for _ in range(rng.randint(0, 7))
+    ]
+    failed = [_cut(f"FAILED {test} - {rng.choice(_ERRORS)}: {rng.choice(pool.lines)}") for test in tests]
+    output = [
+        f"E   {rng.choice(_ERRORS)}: {rng.choice(pool.lines)}"
+        if i == 0 or rng.random() < 0.3
+        else f"E    +  where {rng.choice(pool.lines)}"
+        for i in range(rng.randint(0, 12))
+    ]
+    text = (
+        f"Some tests of {package} {version} fail. Fix the source code so they pass; the tests are correct.\n"
+        "Failing tests:\n" + "\n".join(failed) + ("\nAssertion output:\n" + "\n".join(output) if output else "")
+    )
+    if len(text) > _STATEMENT_CHARS:
+        text = text[: _STATEMENT_CHARS - 15] + "\n[truncated]"
+    return f"{text}\n{hint}"
+
+
+def _cut(line: str, width: int = 80) -> str:
+    """pytest's short summary line at its terminal width."""
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
 def copy_drill(pool: NamePool, rng: random.Random) -> list[dict[str, str]]:
     """One drill: a statement shaped like the builder's, its hint, and the `view` of what it names."""
     package, module = pool.module(rng), pool.module(rng)
@@ -94,12 +154,7 @@ def copy_drill(pool: NamePool, rng: random.Random) -> list[dict[str, str]]:
     path = "/".join([*(["src"] if rng.random() < 0.2 else []), *folders, f"{module}.py"])
     function = pool.function(rng)
     scope = f"{pool.klass(rng)}.{function}" if rng.random() < 0.6 else function
-    version = ".".join(str(rng.randint(0, 12)) for _ in range(3))
-    statement = (
-        f"Some tests of {package} {version} fail. Fix the source code so they pass; the tests are correct.\n"
-        f"Failing tests:\nFAILED tests/test_{module}.py::test_{function.strip('_')} - AssertionError\n"
-        + hint_sentence(path, scope)
-    )
+    statement = drill_statement(pool, rng, package, module, function, hint_sentence(path, scope))
     return [{"role": "user", "content": statement}, {"role": "assistant", "content": f"view {path} {scope}"}]
 
 

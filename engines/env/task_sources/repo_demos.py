@@ -90,7 +90,7 @@ def plan(task: Task) -> Plan | None:
     buggy = files[path].decode()
     lines = buggy.rstrip("\n").split("\n")
     fixed = apply_to_files({path: files[path]}, task.patch, f"task {task.instance_id}: gold patch")[path].decode()
-    changed = _changed_line(lines, fixed.rstrip("\n").split("\n"))
+    changed = changed_line(lines, fixed.rstrip("\n").split("\n"))
     if changed is None:
         return None
     found = resolve(lines, meta["function"]) if meta.get("function") else innermost(lines, changed[0])
@@ -174,7 +174,7 @@ def _turn(action: Action, observation: str) -> list[dict]:
     return [{"role": "assistant", "content": render_action(action)}, {"role": "tool", "content": observation}]
 
 
-def _changed_line(before: list[str], after: list[str]) -> tuple[int, str] | None:
+def changed_line(before: list[str], after: list[str]) -> tuple[int, str] | None:
     """(1-based line, new text) when `after` differs from `before` in exactly one line."""
     if len(before) != len(after):
         return None
@@ -202,18 +202,18 @@ def _candidates(path: str, buggy: str, lines: list[str], scope: Definition) -> l
     found = [m for m in mutations(buggy) if scope.first <= m.line <= scope.last]
     seen: dict[tuple[int, str], Candidate] = {}
     for m in [*found, *_mirrored(buggy, found)]:
-        changed = _changed_line(lines, m.apply(buggy).rstrip("\n").split("\n"))
+        changed = changed_line(lines, m.apply(buggy).rstrip("\n").split("\n"))
         if changed is None or changed in seen:
             continue
         line, text = changed
-        action = _change(path, lines, scope, line, text)
+        action = change_action(path, lines, scope, line, text)
         edited = [*lines[: line - 1], text, *lines[line:]]
         patch = unified_diff({path: buggy.encode()}, {path: ("\n".join(edited) + "\n").encode()})
         seen[changed] = Candidate(line, text, patch, action)
     return list(seen.values())
 
 
-def _change(path: str, lines: list[str], scope: Definition, line: int, text: str) -> Action:
+def change_action(path: str, lines: list[str], scope: Definition, line: int, text: str) -> Action:
     """`change PATH NAME` with OLD at least two tokens and spaced (the micro default form),
     or `change PATH LINE` when no span of the line occurs once in the function."""
     span = short_span(lines[line - 1], text, lines[scope.first - 1 : scope.last], min_width=2)

@@ -1,13 +1,15 @@
 """Copy drills: the hint names what the answer views, the names are real ones of the
-installed code, and there are too many of them for any to repeat often enough to be recalled."""
+installed code, there are too many of them for any to repeat often enough to be recalled,
+and the statements are as long as the builder's."""
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 import pytest
 
-from engines.env.task_sources.copy_drills import NamePool, copy_drills, installed_code
+from engines.env.task_sources.copy_drills import NamePool, copy_drills, drill_statement, installed_code
 from engines.env.task_sources.renamed_demos import hinted_names
 from engines.protocol import parse_action
 
@@ -23,6 +25,7 @@ def test_the_pool_holds_the_codes_functions_classes_and_words_but_no_tests() -> 
     assert pool.functions == ["__getitem__", "_evict_oldest", "compile_mapping", "merge_with", "sliding_window"]
     assert pool.classes == ["LRUCache", "RowIndex"]
     assert {"lru", "cache", "evict", "oldest", "row", "index", "sliding", "window"} <= set(pool.words)
+    assert "class LRUCache:" in pool.lines and "pass" not in pool.lines  # code lines, not the shortest
     with pytest.raises(ValueError, match="copy drills need names"):
         NamePool(["def f(): pass"])
 
@@ -52,3 +55,20 @@ def test_the_installed_code_gives_too_many_names_to_recall() -> None:
     assert len(counts) == 500  # no answer twice: lowering the loss takes copying
     functions = Counter(parse_action(a).scope.split(".")[-1] for a in counts)
     assert functions.most_common(1)[0][1] <= 3
+
+
+def test_statements_hold_failures_and_output_of_real_code_up_to_the_builders_cut() -> None:
+    pool = NamePool(installed_code())
+    rng = random.Random(0)
+    hint = "The bug is in Schema.validate of voluptuous/schema_builder.py."
+    statements = [drill_statement(pool, rng, "voluptuous", "schema_builder", "validate", hint) for _ in range(200)]
+    for text in statements:
+        head, *lines = text.split("\n")
+        assert head.startswith("Some tests of voluptuous ") and lines[0] == "Failing tests:" and lines[-1] == hint
+        failed = [line for line in lines if line.startswith("FAILED ")]
+        assert 1 <= len(failed) <= 8 and all(len(line) <= 80 for line in failed)
+        assert failed[0].startswith("FAILED tests/test_schema_builder.py::test_validate - ")
+        assert len(text) <= 1500 + 1 + len(hint)  # the builder's cut, then the hint
+    lengths = sorted(len(t) for t in statements)
+    assert lengths[20] < 600 < lengths[100] and lengths[-1] > 1400  # short and long, as the corpus's are
+    assert sum("\nAssertion output:\nE   " in t for t in statements) > 150
