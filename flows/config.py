@@ -339,6 +339,14 @@ class RunSFTConfig(SFTConfig):
         description="Copy drills a step of the copy-drill phase (trainer.sft.copy_drill_steps): each is about 80 "
         "tokens, so 32 cost about 1 s a step on 2 cores. Read only when copy_drill_steps > 0.",
     )
+    copy_drill_long_steps: int = Field(
+        0,
+        ge=0,
+        description="SFT steps after copy_drill_steps on copy drills whose statements are as long as the builder's "
+        "(1-8 failures and up to 12 lines of assertion output, lines of real code; half copy_drill_batch_size a step, "
+        "each about 4 times as long): the circuit the short drills formed copied a hint after 100 tokens of "
+        "statement and garbled it after 500; these teach it to copy past them. 0: none. Needs copy_drill_steps > 0.",
+    )
     copy_drill_share: float = Field(
         0.0,
         ge=0,
@@ -546,6 +554,11 @@ class RunConfig(BaseModel):
             raise ValueError(
                 "trainer.sft.copy_drill_batch_size sizes the copy-drill phase, and trainer.sft.copy_drill_steps = 0 "
                 "runs none: set copy_drill_steps or remove the key"
+            )
+        if sft.copy_drill_long_steps and not sft.copy_drill_steps:
+            raise ValueError(
+                "trainer.sft.copy_drill_long_steps sharpens the copying the short drills of trainer.sft.copy_drill_steps "
+                "form, and copy_drill_steps = 0 runs none: set copy_drill_steps or remove the key"
             )
         if sft.copy_drill_share and not sft.copy_drill_steps:
             raise ValueError(

@@ -107,14 +107,23 @@ def build(config: RunConfig, train: list[Task], out: str, work: Path, store: Sto
 
 def copy_drilled(init: str, config: RunConfig) -> str:
     """The fresh model `init` after trainer.sft.copy_drill_steps steps on copy drills of the
-    installed code's names (engines/env/task_sources/copy_drills.py), beside it: it learns to
-    copy a name from the statement before it learns the tools."""
-    sft = config.trainer.sft
-    drills = copy_drills(sft.copy_drill_steps * sft.copy_drill_batch_size, config.tasks.seed)
-    phase = sft.model_copy(
-        update={"max_steps": sft.copy_drill_steps, "batch_size": sft.copy_drill_batch_size, "max_seconds": None}
-    )
-    out = str(Path(init).parent / "copy-drilled")
+    installed code's names (engines/env/task_sources/copy_drills.py) with short statements,
+    then copy_drill_long_steps on drills with statements as long as the builder's, beside
+    it: it learns to copy a name from the statement before it learns the tools."""
+    sft, seed = config.trainer.sft, config.tasks.seed
+    short = copy_drills(sft.copy_drill_steps * sft.copy_drill_batch_size, seed, long=False)
+    out = drill_phase(init, short, sft.copy_drill_steps, sft.copy_drill_batch_size, "copy-drilled", config)
+    if not sft.copy_drill_long_steps:
+        return out
+    batch = max(1, sft.copy_drill_batch_size // 2)  # each about four times as long
+    long = copy_drills(sft.copy_drill_long_steps * batch, seed + 2)  # seed + 1: the drills mixed into the SFT
+    return drill_phase(out, long, sft.copy_drill_long_steps, batch, "copy-drilled-long", config)
+
+
+def drill_phase(init: str, drills: list[list[dict]], steps: int, batch: int, name: str, config: RunConfig) -> str:
+    """`init` after `steps` SFT steps of `batch` of `drills`, in the folder `name` beside it."""
+    phase = config.trainer.sft.model_copy(update={"max_steps": steps, "batch_size": batch, "max_seconds": None})
+    out = str(Path(init).parent / name)
     return fine_tune(init, quote(drills), out, config.trainer.model_copy(update={"sft": phase}), None)
 
 

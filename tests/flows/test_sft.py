@@ -17,6 +17,7 @@ from flows.config_loader import load_config
 from flows.sft import cache_inputs, copy_drilled, mixed_micro_tasks, with_drills
 
 TRAIN = generate_micro_tasks(6, seed=0)
+LONG = ["--trainer.sft.copy_drill_long_steps", "50"]
 CORPUS = ["--tasks.kind", "corpus", "--tasks.corpus_path", "c/", "--env.feedback", "keep"]  # a corpus run
 
 
@@ -114,6 +115,10 @@ def test_copy_drills_need_a_corpus_run_whose_hint_names_the_function_and_change_
     with pytest.raises(ValueError, match="copy_drill_batch_size sizes the copy-drill phase"):
         load_config(RunConfig, None, [*corpus, "function", *batch])  # no drill phase to size
     RunConfig(**plain.model_dump(mode="json"))  # passed on whole (a lane's config) with the default: accepted
+    long = load_config(RunConfig, None, [*corpus, "function", "--trainer.sft.copy_drill_steps", "100", *LONG])
+    assert warm_start_key(cache_inputs(long, TRAIN)) != warm_start_key(cache_inputs(drilled, TRAIN))
+    with pytest.raises(ValueError, match="copy_drill_long_steps sharpens the copying"):
+        load_config(RunConfig, None, [*corpus, "function", *LONG])  # no short drills first
 
 
 def test_drills_mixed_into_the_demonstrations_make_their_shares_and_are_new_ones() -> None:
@@ -127,8 +132,8 @@ def test_drills_mixed_into_the_demonstrations_make_their_shares_and_are_new_ones
     assert all(len(d) == 2 and d[1]["content"].startswith("view ") for d in copies)
     assert all([m["role"] for m in d] == ["user", "assistant", "tool", "assistant"] for d in edits)
     assert all(d[3]["content"].startswith("change ") for d in edits)
-    phase = copy_drills_of(mixed)
-    assert not {d[0]["content"] for d in copies} & {d[0]["content"] for d in phase}  # another seed: new drills
+    phases = copy_drills_of(mixed)
+    assert not {d[1]["content"] for d in copies} & {d[1]["content"] for d in phases}  # another seed: new names
     assert with_drills(demos, load_config(RunConfig, None, drilled)) == demos
     assert warm_start_key(cache_inputs(mixed, TRAIN)) != warm_start_key(
         cache_inputs(load_config(RunConfig, None, drilled), TRAIN)
@@ -144,10 +149,11 @@ def test_drills_mixed_into_the_demonstrations_make_their_shares_and_are_new_ones
 
 
 def copy_drills_of(config: RunConfig) -> list[list[dict]]:
-    """The first drills of `config`'s copy-drill phase (flows/sft.py: copy_drilled draws them)."""
+    """The first drills of `config`'s copy-drill phases, short and long (flows/sft.py:
+    copy_drilled draws them)."""
     from engines.env.task_sources.copy_drills import copy_drills
 
-    return copy_drills(200, config.tasks.seed)
+    return [*copy_drills(200, config.tasks.seed, long=False), *copy_drills(200, config.tasks.seed + 2)]
 
 
 def test_the_copy_drill_phase_trains_the_fresh_model_into_a_folder_beside_it(
@@ -159,9 +165,10 @@ def test_the_copy_drill_phase_trains_the_fresh_model_into_a_folder_beside_it(
     shutil.copytree(tiny_model_dir, init)
     drills = ["--trainer.sft.copy_drill_steps", "2", "--trainer.sft.copy_drill_batch_size", "2"]
     corpus = [*CORPUS, "--tasks.hint", "function"]
-    config = load_config(RunConfig, None, [*corpus, *drills])
+    config = load_config(RunConfig, None, [*corpus, *drills, "--trainer.sft.copy_drill_long_steps", "1"])
     with temporary_settings(updates={PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
         out = copy_drilled(str(init), config)  # its SFT is a task of the sft flow
-    assert Path(out) == tmp_path / "copy-drilled"
-    before, after = load_file(init / "model.safetensors"), load_file(Path(out) / "model.safetensors")
-    assert before.keys() == after.keys() and any(not before[k].equal(after[k]) for k in before)
+    assert Path(out) == tmp_path / "copy-drilled-long"  # the short drills' model, then the long ones'
+    models = [load_file(p / "model.safetensors") for p in (init, tmp_path / "copy-drilled", Path(out))]
+    for before, after in zip(models, models[1:]):
+        assert before.keys() == after.keys() and any(not before[k].equal(after[k]) for k in before)

@@ -114,15 +114,21 @@ def _words(name: str) -> list[str]:
     return re.findall(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+", name)
 
 
-def drill_statement(pool: NamePool, rng: random.Random, package: str, module: str, function: str, hint: str) -> str:
+def drill_statement(
+    pool: NamePool, rng: random.Random, package: str, module: str, function: str, hint: str, long: bool = True
+) -> str:
     """A statement as the builder writes one (engines/env/task_sources/builder.py): 1 to 8
     `FAILED` lines, the first of `module`'s test of `function`, 0 to 12 lines of assertion
     output, all cut at 1,500 characters, then `hint`. The failures' text is lines of the
     pool's code, so the hint is one line after hundreds of tokens of code, as in a real
     statement: a model drilled on short statements alone copied a hint after 100 tokens
-    and garbled it after 500."""
+    and garbled it after 500. Not `long`: that one failure, no text, no output (the
+    short statements the copying circuit forms on)."""
     version = ".".join(str(rng.randint(0, 12)) for _ in range(3))
+    head = f"Some tests of {package} {version} fail. Fix the source code so they pass; the tests are correct.\n"
     tests = [f"tests/test_{module}.py::test_{function.strip('_')}"]
+    if not long:
+        return f"{head}Failing tests:\nFAILED {tests[0]} - AssertionError\n{hint}"
     tests += [
         f"tests/test_{pool.module(rng)}.py::test_{pool.function(rng).strip('_')}" for _ in range(rng.randint(0, 7))
     ]
@@ -134,8 +140,7 @@ def drill_statement(pool: NamePool, rng: random.Random, package: str, module: st
         for i in range(rng.randint(0, 12))
     ]
     text = (
-        f"Some tests of {package} {version} fail. Fix the source code so they pass; the tests are correct.\n"
-        "Failing tests:\n" + "\n".join(failed) + ("\nAssertion output:\n" + "\n".join(output) if output else "")
+        head + "Failing tests:\n" + "\n".join(failed) + ("\nAssertion output:\n" + "\n".join(output) if output else "")
     )
     if len(text) > _STATEMENT_CHARS:
         text = text[: _STATEMENT_CHARS - 15] + "\n[truncated]"
@@ -147,19 +152,22 @@ def _cut(line: str, width: int = 80) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
-def copy_drill(pool: NamePool, rng: random.Random) -> list[dict[str, str]]:
-    """One drill: a statement shaped like the builder's, its hint, and the `view` of what it names."""
+def copy_drill(pool: NamePool, rng: random.Random, long: bool = True) -> list[dict[str, str]]:
+    """One drill: a statement shaped like the builder's (`drill_statement`), its hint, and
+    the `view` of what it names."""
     package, module = pool.module(rng), pool.module(rng)
     folders = [package, *([pool.module(rng)] if rng.random() < 0.3 else [])]
     path = "/".join([*(["src"] if rng.random() < 0.2 else []), *folders, f"{module}.py"])
     function = pool.function(rng)
     scope = f"{pool.klass(rng)}.{function}" if rng.random() < 0.6 else function
-    statement = drill_statement(pool, rng, package, module, function, hint_sentence(path, scope))
+    statement = drill_statement(pool, rng, package, module, function, hint_sentence(path, scope), long)
     return [{"role": "user", "content": statement}, {"role": "assistant", "content": f"view {path} {scope}"}]
 
 
-def copy_drills(count: int, seed: int, code: Sequence[str] | None = None) -> list[list[dict[str, str]]]:
+def copy_drills(
+    count: int, seed: int, code: Sequence[str] | None = None, long: bool = True
+) -> list[list[dict[str, str]]]:
     """`count` drills drawn by `seed`, their names from `code`, or from the installed code
-    (`installed_code`) when None."""
+    (`installed_code`) when None; `long`: statements as long as the builder's."""
     pool, rng = installed_pool() if code is None else NamePool(code), random.Random(seed)
-    return [copy_drill(pool, rng) for _ in range(count)]
+    return [copy_drill(pool, rng, long) for _ in range(count)]
