@@ -28,6 +28,8 @@ from engines.env.task_sources.repo_demos import source_texts
 from engines.env.types import Task
 from engines.handoff import RunContext
 from engines.trainer.warm_start_cache import (
+    CODE_MODULES,
+    CORPUS_MODULES,
     SFT_TRAINER_FIELDS,
     cached,
     code_digest,
@@ -185,4 +187,5 @@ def cache_inputs(config: RunConfig, train: list[Task]) -> dict:
     sft_settings = sft.model_dump(mode="json", exclude={"cache", "log_every"})
     trainer = config.trainer.model_dump(mode="json", include=set(SFT_TRAINER_FIELDS))
     model = config.model.tiny.model_dump(mode="json")
-    return warm_start_inputs(corpus_id(train), demos, sft_settings, trainer, model, code_digest())
+    code = CODE_MODULES + (CORPUS_MODULES if config.tasks.kind == "corpus" else ())
+    return warm_start_inputs(corpus_id(train), demos, sft_settings, trainer, model, code_digest(code))

@@ -41,10 +41,6 @@ CODE_MODULES = (
     "engines/env/task_sources/edit_forms.py",
     "engines/env/views.py",
     "engines/env/task_sources/micro_demos.py",
-    "engines/env/task_sources/repo_demos.py",
-    "engines/env/task_sources/renamed_demos.py",
-    "engines/env/task_sources/copy_drills.py",
-    "engines/env/task_sources/edit_drills.py",
     "engines/env/edit_spans.py",
     "engines/env/scopes.py",
     "engines/env/session.py",
@@ -62,6 +58,16 @@ CODE_MODULES = (
     "engines/trainer/loss.py",
     "engines/trainer/grad_clip.py",
     "engines/trainer/export.py",
+)
+
+# What only a corpus run's warm start reads (tasks.kind = corpus): its demonstrations, the
+# renaming and the drills. Left out of a micro run's key, so a change
+# here leaves the default run's warm start cached.
+CORPUS_MODULES = (
+    "engines/env/task_sources/repo_demos.py",
+    "engines/env/task_sources/renamed_demos.py",
+    "engines/env/task_sources/copy_drills.py",
+    "engines/env/task_sources/edit_drills.py",
 )
 
 # The TrainerConfig fields that make SFT's weights (besides `sft`): its optimizer, rows,

@@ -172,3 +172,12 @@ def test_the_copy_drill_phase_trains_the_fresh_model_into_a_folder_beside_it(
     models = [load_file(p / "model.safetensors") for p in (init, tmp_path / "copy-drilled", Path(out))]
     for before, after in zip(models, models[1:]):
         assert before.keys() == after.keys() and any(not before[k].equal(after[k]) for k in before)
+
+
+def test_a_micro_runs_key_ignores_the_code_only_corpus_runs_read() -> None:
+    from engines.trainer.warm_start_cache import CODE_MODULES, CORPUS_MODULES, code_digest
+
+    micro = cache_inputs(load_config(RunConfig, None, []), TRAIN)
+    corpus = cache_inputs(load_config(RunConfig, None, CORPUS), TRAIN)
+    assert micro["code"] == code_digest(CODE_MODULES)  # a change to the drills keeps the default warm start
+    assert corpus["code"] == code_digest(CODE_MODULES + CORPUS_MODULES)

@@ -11,6 +11,8 @@ import pytest
 
 from engines.trainer.config import TrainerConfig
 from engines.trainer.warm_start_cache import (
+    CODE_MODULES,
+    CORPUS_MODULES,
     INPUTS_FILE,
     SFT_PLACEMENT_FIELDS,
     SFT_TRAINER_FIELDS,
@@ -72,6 +74,8 @@ def test_the_code_digest_follows_every_module(tmp_path: Path) -> None:
 
 def test_the_project_code_digest_reads_every_listed_module() -> None:
     assert len(code_digest()) == 64  # every module of CODE_MODULES exists
+    assert len(code_digest(CODE_MODULES + CORPUS_MODULES)) == 64
+    assert not set(CODE_MODULES) & set(CORPUS_MODULES)
 
 
 def test_a_cached_warm_start_is_built_once_then_reused(tmp_path: Path) -> None:
