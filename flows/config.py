@@ -347,6 +347,14 @@ class RunSFTConfig(SFTConfig):
         "each about 4 times as long): the circuit the short drills formed copied a hint after 100 tokens of "
         "statement and garbled it after 500; these teach it to copy past them. 0: none. Needs copy_drill_steps > 0.",
     )
+    copy_drill_lr: float | None = Field(
+        None,
+        gt=0,
+        description="Learning rate of the copy-drill phases (copy_drill_steps, copy_drill_long_steps); None: "
+        "trainer.sft.lr, as the repository SFT after them. Drilled at 2e-3, then trained on the repository "
+        "demonstrations at 5e-4 rather than 2e-3, the model kept copying a never-trained project's path "
+        "(docs/2026-12-06-real-task-gate.md, X11). Needs copy_drill_steps > 0.",
+    )
     copy_drill_share: float = Field(
         0.0,
         ge=0,
@@ -559,6 +567,11 @@ class RunConfig(BaseModel):
             raise ValueError(
                 "trainer.sft.copy_drill_long_steps sharpens the copying the short drills of trainer.sft.copy_drill_steps "
                 "form, and copy_drill_steps = 0 runs none: set copy_drill_steps or remove the key"
+            )
+        if sft.copy_drill_lr is not None and not sft.copy_drill_steps:
+            raise ValueError(
+                "trainer.sft.copy_drill_lr is the copy-drill phases' learning rate, and trainer.sft.copy_drill_steps = 0 "
+                "runs none: set copy_drill_steps or remove the key"
             )
         if sft.copy_drill_share and not sft.copy_drill_steps:
             raise ValueError(

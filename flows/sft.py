@@ -124,7 +124,9 @@ def copy_drilled(init: str, config: RunConfig) -> str:
 
 def drill_phase(init: str, drills: list[list[dict]], steps: int, batch: int, name: str, config: RunConfig) -> str:
     """`init` after `steps` SFT steps of `batch` of `drills`, in the folder `name` beside it."""
-    phase = config.trainer.sft.model_copy(update={"max_steps": steps, "batch_size": batch, "max_seconds": None})
+    sft = config.trainer.sft
+    update = {"max_steps": steps, "batch_size": batch, "max_seconds": None, "lr": sft.copy_drill_lr or sft.lr}
+    phase = sft.model_copy(update=update)
     out = str(Path(init).parent / name)
     return fine_tune(init, quote(drills), out, config.trainer.model_copy(update={"sft": phase}), None)
 

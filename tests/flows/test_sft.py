@@ -119,6 +119,11 @@ def test_copy_drills_need_a_corpus_run_whose_hint_names_the_function_and_change_
     assert warm_start_key(cache_inputs(long, TRAIN)) != warm_start_key(cache_inputs(drilled, TRAIN))
     with pytest.raises(ValueError, match="copy_drill_long_steps sharpens the copying"):
         load_config(RunConfig, None, [*corpus, "function", *LONG])  # no short drills first
+    drill_lr = ["--trainer.sft.copy_drill_lr", "0.002"]
+    fast = load_config(RunConfig, None, [*corpus, "function", "--trainer.sft.copy_drill_steps", "100", *drill_lr])
+    assert warm_start_key(cache_inputs(fast, TRAIN)) != warm_start_key(cache_inputs(drilled, TRAIN))
+    with pytest.raises(ValueError, match="copy_drill_lr is the copy-drill phases' learning rate"):
+        load_config(RunConfig, None, [*corpus, "function", *drill_lr])
 
 
 def test_drills_mixed_into_the_demonstrations_make_their_shares_and_are_new_ones() -> None:
