@@ -129,8 +129,8 @@ def first_edits(
     active = list(range(len(tasks)))
     limits = config.inference
     for _ in range(turns or limits.limits.max_turns):
-        turns = [chats[i] for i in active]
-        texts = greedy_turns(model, tokenizer, turns, limits.sampling.max_tokens_per_turn, _BATCH)
+        prompts = [chats[i] for i in active]
+        texts = greedy_turns(model, tokenizer, prompts, limits.sampling.max_tokens_per_turn, _BATCH)
         still = []
         for i, text in zip(active, texts):
             action = parse_action(text)
