@@ -3,7 +3,8 @@ runs them: `prefect deploy --all` against a real Prefect server, process workers
 the three pools, and flow runs created through the Prefect API with the parameters a
 user would pass. Each must end Completed with its work in the lake or on disk. The
 first rl run has its trainer lane SIGKILLed mid-run: it completes anyway, with every
-step's shard once and the staleness bound kept.
+step's shard once and the staleness bound kept. A run with invalid parameters ends
+Failed before it starts anything.
 
 One server, one set of workers and one lake serve the whole module (the tests build
 on each other in file order: the rl run is the finished run that the evaluation,
@@ -11,7 +12,6 @@ re-grade and re-train deployments read)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -272,15 +272,6 @@ def trained(prefect: dict[str, str], lake: Path) -> dict[str, Any]:
     return {"flow_run": flow_run, "killed_at": killed_at, "restarted": restarted}
 
 
-def test_invalid_parameters_are_rejected_when_the_run_is_created(prefect, tmp_path):
-    from prefect.deployments import run_deployment as create
-
-    bad = _rl_config(tmp_path, "rejected")
-    bad["rl"]["batch_size"] = 6  # not a multiple of group_size 4
-    with _api(prefect), pytest.raises(Exception, match="batch_size"):
-        asyncio.run(create("rl/tiny-moe", parameters={"config": bad}, timeout=0))
-
-
 def test_rl_deployment_completes_with_its_trainer_lane_under_it_and_a_watchable_curve(prefect, lake, trained):
     flow_run = trained["flow_run"]
     _completed(flow_run)
@@ -442,3 +433,16 @@ def test_tandem_eval_evaluates_a_finished_run(prefect, lake):
     # Greedy: one episode per held-out task, then the sampled passes; all of the newest weights.
     assert {(v, p) for v, p, _ in rows} == {(STEPS, "greedy"), (STEPS, "sampled")}
     assert dict((p, n) for _, p, n in rows)["greedy"] == 4
+
+
+def test_invalid_parameters_fail_the_run_before_it_starts_anything(prefect, tmp_path):
+    """The server takes any parameters its schema allows (a cross-field rule is not in it);
+    the flow validates them before its first task: the run ends Failed, saying which key
+    and what to do, with nothing written. Last in the module: the run holds the rl
+    deployment's one slot while it starts, which the runs above would wait for."""
+    bad = _rl_config(tmp_path / "lake", "rejected")
+    bad["rl"]["batch_size"] = 6  # not a multiple of group_size 4
+    flow_run = run_deployment(prefect, "rl/tiny-moe", {"config": bad})
+    assert flow_run.state.is_failed(), flow_run.state
+    assert "rl.batch_size (6) is not divisible by rl.group_size (4)" in flow_run.state.message
+    assert not (tmp_path / "lake").exists()
