@@ -553,6 +553,12 @@ class RunConfig(BaseModel):
                 f"(tasks.kind = 'corpus', tasks.hint = 'function'); this run has tasks.kind = {self.tasks.kind!r}, "
                 f"tasks.hint = {self.tasks.hint!r}: remove the key or set the hint"
             )
+        if self.model.tiny.tokenizer_text != "demonstrations" and self.tasks.kind == "micro":
+            raise ValueError(
+                f"model.tiny.tokenizer_text = {self.model.tiny.tokenizer_text!r} keeps a corpus run's project names "
+                "out of the tokenizer; a micro run's tasks have none, and its warm start was measured with the "
+                "demonstrations' tokenizer: remove the key"
+            )
         sft = self.trainer.sft
         # Against the default, not model_fields_set: a config passed on whole (a lane's) sets every field.
         if (

@@ -19,7 +19,7 @@ from pathlib import Path
 from prefect import flow
 from prefect.utilities.annotations import quote
 
-from engines.env.task_sources.copy_drills import copy_drills
+from engines.env.task_sources.copy_drills import copy_drills, installed_sample
 from engines.env.task_sources.corpus import corpus_id, load_corpus
 from engines.env.task_sources.edit_drills import edit_drills
 from engines.env.task_sources.micro import generate_micro_tasks
@@ -52,6 +52,12 @@ from tasks.training import (
     repository_demonstrations,
     resolve_model,
 )
+
+# model.tiny.tokenizer_text = 'installed_code': about the training projects' code in a
+# recipe's corpus (660 kB in the lab's 191 tasks) several times over, and drills enough
+# for the protocol's words; the tokenizer trains on it in about 10 s.
+TOKENIZER_CODE_CHARS = 3_000_000
+TOKENIZER_DRILLS = 1_500
 
 
 @flow(name="sft", log_prints=True)
@@ -86,7 +92,8 @@ def warm_start(config: RunConfig, corpus_dir: str, context: RunContext) -> str:
 def build(config: RunConfig, train: list[Task], out: str, work: Path, store: Store | None = None) -> str:
     """Demonstrations of `train`, a fresh tiny model (made in the run's `work` folder), SFT
     on them, exported to `out` (a path inside `store` when given, else a local folder). Tasks from real repositories
-    get the candidate demonstrator's episodes and a tokenizer that has read their code."""
+    get the candidate demonstrator's episodes and a tokenizer that has read their code, or
+    the installed code (model.tiny.tokenizer_text)."""
     sft = config.trainer.sft
     code: list[str] = []
     if config.tasks.kind == "corpus":
@@ -99,12 +106,28 @@ def build(config: RunConfig, train: list[Task], out: str, work: Path, store: Sto
             demos = [*demos, *micro_demonstrations(config, mixed)]
     else:
         demos = micro_demonstrations(config, train)
-    init = create_model(initial_dir(work), quote(demos), config.model.tiny, quote(code))
+    texts = (demos, code) if config.model.tiny.tokenizer_text == "demonstrations" else neutral_tokenizer_text(config)
+    init = create_model(initial_dir(work), quote(texts[0]), config.model.tiny, quote(texts[1]))
     if sft.copy_drill_steps:
         init = copy_drilled(init, config)
     if config.tasks.kind == "corpus":  # real code runs long: measured with the tokenizer just trained
         demos = fit_demonstrations(init, quote(with_drills(demos, config)), config.trainer.seq_len)
     return fine_tune(init, quote(demos), out, config.trainer, store)
+
+
+def neutral_tokenizer_text(
+    config: RunConfig, drills: int = TOKENIZER_DRILLS, code_chars: int = TOKENIZER_CODE_CHARS
+) -> tuple[list[list[dict]], list[str]]:
+    """model.tiny.tokenizer_text = 'installed_code': conversations in the protocol's shape
+    (`drills` copy drills, a third as many edit drills) and `code_chars` of code, all of the
+    installed code, none of a project's.
+    Trained on the training projects' code, the tokenizer made their names whole tokens
+    and a held-out project's five pieces (`voluptuous`: ` v`, `ol`, `up`, `t`, `uous`), so
+    what the warm start learnt on one did not carry to the other
+    (docs/2026-12-06-real-task-gate.md, X15)."""
+    seed = config.tasks.seed
+    shape = copy_drills(drills, seed + 3) + edit_drills(drills // 3, seed + 4, config.env.view_lines)
+    return shape, installed_sample(code_chars, seed)
 
 
 def copy_drilled(init: str, config: RunConfig) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,6 +34,13 @@ class TinyModelConfig(BaseModel):
     expert_width: int = Field(128, ge=8, description="Hidden width of each expert's MLP.")
     max_position_embeddings: int = Field(1024, ge=64, description="Longest sequence in tokens.")
     seed: int = Field(0, description="Seed for the random initial weights.")
+    tokenizer_text: Literal["demonstrations", "installed_code"] = Field(
+        "demonstrations",
+        description="What the BPE tokenizer learns from. 'demonstrations': the warm start's demonstrations and, in a "
+        "corpus run, the training projects' code, whose names become whole tokens. 'installed_code': the Python code "
+        "installed beside the trainer and the drills' text, no project's own, so a held-out project's names split into "
+        "the same pieces as a training project's. Refused for micro runs.",
+    )
 
 
 def tiny_qwen3_moe_config(cfg: TinyModelConfig, vocab_size: int) -> Qwen3MoeConfig:

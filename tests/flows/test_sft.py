@@ -14,7 +14,7 @@ from engines.env.task_sources.micro import generate_micro_tasks, named_function
 from engines.trainer.warm_start_cache import warm_start_key
 from flows.config import RunConfig
 from flows.config_loader import load_config
-from flows.sft import cache_inputs, copy_drilled, mixed_micro_tasks, with_drills
+from flows.sft import cache_inputs, copy_drilled, mixed_micro_tasks, neutral_tokenizer_text, with_drills
 
 TRAIN = generate_micro_tasks(6, seed=0)
 LONG = ["--trainer.sft.copy_drill_long_steps", "50"]
@@ -151,6 +151,17 @@ def test_drills_mixed_into_the_demonstrations_make_their_shares_and_are_new_ones
             load_config(RunConfig, None, [*refused, "--trainer.sft.edit_drill_share", "0.25"])
     with pytest.raises(ValueError, match="leave no room for the repository demonstrations"):
         load_config(RunConfig, None, [*drilled, "--trainer.sft.copy_drill_share", "0.5", *shares[2:3], "0.5"])
+
+
+def test_a_corpus_runs_tokenizer_may_read_the_installed_code_alone_and_that_changes_the_key() -> None:
+    neutral = load_config(RunConfig, None, [*CORPUS, "--model.tiny.tokenizer_text", "installed_code"])
+    assert key(*CORPUS, "--model.tiny.tokenizer_text", "installed_code") != key(*CORPUS)
+    shape, code = neutral_tokenizer_text(neutral, drills=30, code_chars=50_000)
+    assert len(shape) == 40 and sum(map(len, code)) >= 50_000
+    assert {d[1]["content"].split()[0] for d in shape} == {"view"}  # the protocol's turns, on installed names
+    assert [m["content"].split()[0] for m in shape[-1] if m["role"] == "assistant"] == ["view", "change"]
+    with pytest.raises(ValueError, match="model.tiny.tokenizer_text = 'installed_code' keeps a corpus run's"):
+        load_config(RunConfig, None, ["--model.tiny.tokenizer_text", "installed_code"])  # a micro run
 
 
 def copy_drills_of(config: RunConfig) -> list[list[dict]]:

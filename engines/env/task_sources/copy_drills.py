@@ -103,6 +103,20 @@ def installed_code() -> Iterator[str]:
             continue
 
 
+def installed_sample(chars: int, seed: int, max_bytes: int = 60_000) -> list[str]:
+    """Whole installed files (`installed_files`, each at most `max_bytes`) drawn by `seed`
+    until they hold `chars` characters: code that no project of a corpus owns."""
+    files = [path for _, path in installed_files() if path.stat().st_size <= max_bytes]
+    random.Random(seed).shuffle(files)
+    sample, size = [], 0
+    for path in files:
+        if size >= chars:
+            break
+        sample.append(path.read_text(encoding="utf-8", errors="ignore"))
+        size += len(sample[-1])
+    return sample
+
+
 @functools.cache
 def installed_pool() -> NamePool:
     """The `NamePool` of `installed_code`, read once a process."""

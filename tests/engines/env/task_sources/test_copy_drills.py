@@ -9,7 +9,14 @@ from collections import Counter
 
 import pytest
 
-from engines.env.task_sources.copy_drills import NamePool, copy_drills, drill_statement, installed_code
+from engines.env.task_sources.copy_drills import (
+    NamePool,
+    copy_drills,
+    drill_statement,
+    installed_code,
+    installed_files,
+    installed_sample,
+)
 from engines.env.task_sources.renamed_demos import hinted_names
 from engines.protocol import parse_action
 
@@ -55,6 +62,14 @@ def test_the_installed_code_gives_too_many_names_to_recall() -> None:
     assert len(counts) == 500  # no answer twice: lowering the loss takes copying
     functions = Counter(parse_action(a).scope.split(".")[-1] for a in counts)
     assert functions.most_common(1)[0][1] <= 3
+
+
+def test_a_sample_of_the_installed_code_is_whole_files_drawn_by_seed_up_to_its_size() -> None:
+    sample = installed_sample(200_000, seed=0)
+    assert 200_000 <= sum(map(len, sample)) < 200_000 + 60_000  # stops at the first file past the size
+    texts = {path.read_text(encoding="utf-8", errors="ignore") for _, path in installed_files()}
+    assert all(text in texts for text in sample)  # whole files, as installed
+    assert installed_sample(200_000, seed=0) == sample and installed_sample(200_000, seed=1) != sample
 
 
 def test_statements_hold_failures_and_output_of_real_code_up_to_the_builders_cut() -> None:
