@@ -10,8 +10,10 @@ builds a warm start once per key under `<cache>/warm-starts/<key>` ($TANDEM_CACH
 a later run with the same inputs copies it in seconds instead of training for minutes.
 
 Not seen by the key: the machine's speed when `max_seconds` ends SFT before
-`max_steps` (a busy machine trains fewer steps, and that warm start is what is cached);
-runs that must not reuse one set `trainer.sft.cache = false`.
+`max_steps` (a busy machine trains fewer steps, and that warm start is what is cached),
+and the Python code installed beside the trainer, which a corpus run's drills and its
+project-neutral tokenizer read (another environment draws other names); runs that must
+not reuse one set `trainer.sft.cache = false`.
 """
 
 from __future__ import annotations
