@@ -100,7 +100,8 @@ def build(config: RunConfig, train: list[Task], out: str, work: Path, store: Sto
         demos = repository_demonstrations(
             quote(train), config.env.edit_attempts, config.tasks.seed, config.env, sft.demonstrations_per_task
         )
-        code = source_texts(train)  # read before renaming: the tokenizer learns the real code
+        if config.model.tiny.tokenizer_text == "demonstrations":
+            code = source_texts(train)  # read before renaming: the tokenizer learns the real code
         demos = renamed_share(demos, sft.renamed_share, config.tasks.seed)
         if mixed := mixed_micro_tasks(config):  # the same tools on short generated tasks
             demos = [*demos, *micro_demonstrations(config, mixed)]
