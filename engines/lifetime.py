@@ -78,12 +78,24 @@ def stop_group(proc: subprocess.Popen, grace_s: float, first: int = signal.SIGTE
 
 
 def _start_time(pid: int) -> str | None:
-    """The process's start time (psutil's create_time, as text: equal for one process
-    however often it is read); None when it is gone or a zombie."""
+    """The process's start time, as text equal for one process however often and from
+    wherever it is read; None when it is gone or a zombie.
+
+    On Linux it is the start in clock ticks since boot (/proc/PID/stat): psutil's
+    create_time adds the boot time, which the kernel derives from the wall clock, so
+    two processes can read one start a second apart and the owner would seem gone."""
     try:
         proc = psutil.Process(pid)
-        return None if proc.status() in _GONE else repr(proc.create_time())
+        if proc.status() in _GONE:
+            return None
     except psutil.Error:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]  # field 22, after the name
+    except (OSError, IndexError):  # no procfs
+        with contextlib.suppress(psutil.Error):
+            return repr(proc.create_time())
         return None
 
 

@@ -104,3 +104,17 @@ def test_a_lane_its_group_and_its_own_session_children_end_with_a_killed_owner()
     finally:
         for proc in bound + free:
             kill(proc)
+
+
+def test_the_owners_start_time_does_not_move_with_the_boot_time(monkeypatch):
+    """The kernel derives the boot time from the wall clock, so two processes can read
+    it a second apart: a start time built on it made a lane take its live owner for
+    gone and kill itself at once (exit code -9)."""
+    import psutil._pslinux as pslinux
+
+    from engines.lifetime import OWNER_ENV, owner_env
+
+    before = owner_env()[OWNER_ENV]
+    boot = psutil.boot_time()
+    monkeypatch.setattr(pslinux, "boot_time", lambda: boot + 1.0)
+    assert owner_env()[OWNER_ENV] == before
