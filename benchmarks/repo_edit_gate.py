@@ -15,12 +15,23 @@ apart:
   named_view          a view of the function the statement names came before it
   scope_named         the edit names that function (a `change` by scope)
   old_in_function     its OLD occurs in that function
+  old_in_view         its OLD occurs in an observation the episode showed before it
+                      (the view it could copy from)
+  old_repeated        its OLD occurs more than once in that function (a `change` by that
+                      scope is refused as ambiguous)
+  old_spacing         its OLD is not in the function, but is once the spaces around it
+                      are stripped (a copy off by its leading space)
+  old_half_copied     its OLD is not in the function, but its first half is, two
+                      characters or more (a copy that broke down midway, not one never begun)
   applied             the edit applies (OLD found once where it says)
   gate                applied, and every changed line inside the named function
   buggy_line          the changed line is the mutated one
 
     python -m benchmarks.repo_edit_gate --config configs/repos.toml [--tasks 200] [--warm-start DIR]
         [--turns N] [--run-args --tasks.corpus_path corpus/small --trainer.sft.max_steps 600 ...]
+
+`--dump FILE` writes each probed episode (its turns, its first edit and the figures above
+for it) as a line of JSON, to read what the failing edits wrote.
 
 `--turns 1 --warm-start DIR` probes a model's first turn alone: how exactly a model
 after the copy drills alone (the `copy-drilled` folder beside the fresh one) copies the
@@ -65,10 +76,16 @@ _BATCH = 16  # real-code prompts run to 2,000 tokens: a smaller batch than the m
 
 
 def classify(
-    task: Task, files: dict[str, list[str]], viewed: list[str], action: Action | None, first: Action | None = None
+    task: Task,
+    files: dict[str, list[str]],
+    viewed: list[str],
+    action: Action | None,
+    first: Action | None = None,
+    seen: str = "",
 ) -> dict[str, bool]:
     """What the first edit `action` (None: no edit) does to the task's buggy file;
-    `first`: the episode's first action naming a file (a view or an edit)."""
+    `first`: the episode's first action naming a file (a view or an edit); `seen`: the
+    observations the episode showed before the edit."""
     meta = task.meta()
     path, function = meta["file"], meta.get("function") or ""
     out = dict.fromkeys(
@@ -79,6 +96,10 @@ def classify(
             "named_view",
             "scope_named",
             "old_in_function",
+            "old_in_view",
+            "old_repeated",
+            "old_spacing",
+            "old_half_copied",
             "applied",
             "gate",
             "buggy_line",
@@ -97,7 +118,8 @@ def classify(
     out["named_view"] = any(names(scope) for scope in viewed)
     out["scope_named"] = action.tool == "change" and action.line is None and names(action.scope)
     if inside is not None and action.old:
-        out["old_in_function"] = action.old in "\n".join(lines[inside[0] - 1 : inside[1]])
+        out |= old_figures(action.old, "\n".join(lines[inside[0] - 1 : inside[1]]))
+    out["old_in_view"] = bool(action.old) and action.old in seen
     if action.path != path:
         return out
     edited = apply_edit(path, lines, action)
@@ -110,6 +132,18 @@ def classify(
     out["gate"] = inside is not None and all(inside[0] <= i <= inside[1] for i in changed)
     out["buggy_line"] = changed == [meta.get("line")]
     return out
+
+
+def old_figures(old: str, function: str) -> dict[str, bool]:
+    """How an edit's OLD relates to the function it should come from (the module doc)."""
+    found = function.count(old)
+    half = old[: len(old) // 2]
+    return {
+        "old_in_function": found > 0,
+        "old_repeated": found > 1,
+        "old_spacing": not found and bool(old.strip()) and old.strip() in function,
+        "old_half_copied": not found and len(half.strip()) > 1 and half in function,
+    }
 
 
 def first_edits(
@@ -139,7 +173,9 @@ def first_edits(
             if isinstance(action, Action) and action.path and first[i] is None:
                 first[i] = action
             if isinstance(action, Action) and action.tool in EDIT_TOOLS:
-                results[i] = classify(tasks[i], _files(sessions[i], tasks[i]), viewed[i], action, first[i])
+                seen = "\n".join(m["content"] for m in chats[i] if m["role"] == "tool")
+                results[i] = classify(tasks[i], _files(sessions[i], tasks[i]), viewed[i], action, first[i], seen)
+                chats[i].append({"role": "assistant", "content": text})
                 continue
             if isinstance(action, Action) and action.tool == "view" and action.scope:
                 viewed[i].append(action.scope)
@@ -153,8 +189,8 @@ def first_edits(
     for s in sessions:
         s.close()
     return [
-        {"task": t, "first": r or classify(t, {}, [], None, p), "actions": dict(a)}
-        for t, r, a, p in zip(tasks, results, actions, first)
+        {"task": t, "first": r or classify(t, {}, [], None, p), "actions": dict(a), "chat": c}
+        for t, r, a, p, c in zip(tasks, results, actions, first, chats)
     ]
 
 
@@ -174,10 +210,16 @@ def figures(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 @flow(name="repo-edit-gate", log_prints=True)
 def probe(
-    config: RunConfig, count: int, work: Path, given: Path | None = None, turns: int | None = None
+    config: RunConfig,
+    count: int,
+    work: Path,
+    given: Path | None = None,
+    turns: int | None = None,
+    dump: Path | None = None,
 ) -> tuple[dict[str, Any], str, float | None]:
     """The gate's figures by split, the warm start's folder, and its build seconds (None:
-    cached or `given`, a warm start folder probed as it is); episodes of at most `turns` turns."""
+    cached or `given`, a warm start folder probed as it is); episodes of at most `turns`
+    turns, each written to `dump` as a line of JSON when given."""
     corpus = draw_corpus(config.tasks.corpus_path, str(work / "corpus"), corpus_draw(config))
     tasks = load_corpus(corpus)
     train = [t for t in tasks if t.split == "train"]
@@ -193,6 +235,8 @@ def probe(
     build_s = round(time.monotonic() - start, 1) if built else None
     trained = {t.repo for t in train}
     results = first_edits(folder, heldout, config, work / "scratch", turns)
+    if dump is not None:
+        write_episodes(dump, results, trained)
     out = {
         "heldout_projects": figures([r for r in results if r["task"].repo not in trained]),
         "heldout_tasks": figures([r for r in results if r["task"].repo in trained]),
@@ -201,13 +245,29 @@ def probe(
     return out, str(folder), build_s
 
 
+def write_episodes(path: Path, results: list[dict[str, Any]], trained: set[str]) -> None:
+    """Each probed episode as a line of JSON: the task, its split, its turns and figures."""
+    with path.open("w") as out:
+        for r in results:
+            task = r["task"]
+            split = "heldout_tasks" if task.repo in trained else "heldout_projects"
+            row = {
+                "task": task.instance_id,
+                "split": split,
+                "hint": task.meta(),
+                "first": r["first"],
+                "chat": r["chat"],
+            }
+            out.write(json.dumps(row) + "\n")
+
+
 def main() -> None:
     args = parse_args()
     started_at, start = datetime.now(UTC), time.monotonic()
     config = load_config(RunConfig, args.config, args.run_args)
     work = Path(tempfile.mkdtemp(prefix="repo-edit-gate-"))
     with prefect_api(work / "prefect"):
-        by_split, folder, build_s = probe(config, args.tasks, work, args.warm_start, args.turns)
+        by_split, folder, build_s = probe(config, args.tasks, work, args.warm_start, args.turns, args.dump)
     sft = config.trainer.sft
     result = {
         "bench": "repo_edit_gate",
@@ -229,7 +289,9 @@ def main() -> None:
                 f"applied {f['applied']:.3f}, named file {f['named_file']:.3f}, first view {f['first_view']:.3f}, "
                 f"first edit {f['first_edit']:.3f}, "
                 f"named view {f['named_view']:.3f}, "
-                f"OLD in function {f['old_in_function']:.3f}, buggy line {f['buggy_line']:.3f}; turns {f['turns']}"
+                f"OLD in function {f['old_in_function']:.3f} (in view {f['old_in_view']:.3f}, repeated "
+                f"{f['old_repeated']:.3f}, spacing {f['old_spacing']:.3f}, half copied {f['old_half_copied']:.3f}), "
+                f"buggy line {f['buggy_line']:.3f}; turns {f['turns']}"
             )
     print(json.dumps(result))
 
@@ -245,6 +307,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--turns", type=int, help="turns an episode may take (default: the run's inference.limits.max_turns)"
     )
+    parser.add_argument("--dump", type=Path, help="write each probed episode here as a line of JSON")
     parser.add_argument(
         "--experiments",
         default=os.environ.get("TANDEM_ROOT", "runs"),
