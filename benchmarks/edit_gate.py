@@ -53,8 +53,9 @@ from engines.env.session_tree import SessionTree
 from engines.env.task_sources.micro import MODULE, generate_micro_tasks, named_function, plausible_edits
 from engines.env.task_sources.micro_demos import local_statuses
 from engines.env.types import GradeResult, Task
+from engines.model.greedy import greedy_turns
 from engines.model.load import load_moe_causal_lm, load_tokenizer
-from engines.protocol import EDIT_TOOLS, END, Action, parse_action, render_messages
+from engines.protocol import EDIT_TOOLS, Action, parse_action
 from engines.trainer.sft import sft
 from engines.trainer.warm_start_cache import cached, warm_start_key
 from flows.config import RunConfig
@@ -132,33 +133,6 @@ def local_tester(task: Task, tree: SessionTree) -> GradeResult:
 
 
 @torch.no_grad()
-def greedy_turns(
-    model,
-    tokenizer,
-    conversations: list[list[dict[str, str]]],
-    max_new: int = _MAX_NEW_TOKENS,
-    batch: int = _BATCH,
-) -> list[str]:
-    """The next assistant turn of each conversation, greedy, without its `<|end|>`."""
-    end = tokenizer.convert_tokens_to_ids(END)
-    tokenizer.padding_side = "left"
-    out: list[str] = []
-    for i in range(0, len(conversations), batch):
-        texts = [render_messages(c, add_generation_prompt=True) for c in conversations[i : i + batch]]
-        enc = tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
-        ids = model.generate(
-            **enc,
-            max_new_tokens=max_new,
-            do_sample=False,
-            eos_token_id=end,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        for row in ids[:, enc["input_ids"].shape[1] :].tolist():
-            row = row[: row.index(end)] if end in row else row
-            out.append(tokenizer.decode(row, skip_special_tokens=True))
-    return out
-
-
 def run_episodes(model_dir: Path, tasks: list[Task], config: RunConfig, scratch: Path) -> list[dict[str, Any]]:
     """Greedy edit-feedback episodes, all tasks' turns batched; per task, the first
     edit's classification, whether it resolved, attempts and repeated attempts."""
@@ -171,7 +145,7 @@ def run_episodes(model_dir: Path, tasks: list[Task], config: RunConfig, scratch:
     failed: list[list[str]] = [[] for _ in tasks]
     active = list(range(len(tasks)))
     for _ in range(config.inference.limits.max_turns):
-        texts = greedy_turns(model, tokenizer, [chats[i] for i in active])
+        texts = greedy_turns(model, tokenizer, [chats[i] for i in active], _MAX_NEW_TOKENS, _BATCH)
         still = []
         for i, text in zip(active, texts):
             action = parse_action(text)

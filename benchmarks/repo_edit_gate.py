@@ -55,13 +55,14 @@ from typing import Any
 
 from prefect import flow
 
-from benchmarks.edit_gate import first_edit_shares, greedy_turns
+from benchmarks.edit_gate import first_edit_shares
 from benchmarks.learning import record_experiment
 from engines.env.edits import Edited, apply_edit
 from engines.env.scopes import resolve
 from engines.env.session import EnvSession
 from engines.env.task_sources.corpus import load_corpus
 from engines.env.types import Task
+from engines.model.greedy import greedy_turns
 from engines.model.load import load_moe_causal_lm, load_tokenizer
 from engines.protocol import EDIT_TOOLS, Action, parse_action
 from engines.trainer.warm_start_cache import cached, warm_start_key

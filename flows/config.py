@@ -355,6 +355,17 @@ class RunSFTConfig(SFTConfig):
         "demonstrations at 5e-4 rather than 2e-3, the model kept copying a never-trained project's path "
         "(docs/2026-12-06-real-task-gate.md, X11). Needs copy_drill_steps > 0.",
     )
+    copy_drill_min_copied: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="After the short copy-drill phase, the drilled model answers 64 fresh short drills greedy; when it "
+        "copies fewer than this share exactly, the warm-start build stops with an error before the long phase and "
+        "the repository SFT. The copying circuit forms in a phase change that may come after copy_drill_steps: a "
+        "model drilled on the recipe's 900 steps copied 98% of a held-out project's hints on one machine and none "
+        "on another (docs/2026-12-06-real-task-gate.md, X17), and a warm start that does not copy scores 0 on "
+        "every project it never trained on. 0: no check. Read only when copy_drill_steps > 0.",
+    )
     copy_drill_share: float = Field(
         0.0,
         ge=0,
@@ -578,6 +589,13 @@ class RunConfig(BaseModel):
             raise ValueError(
                 "trainer.sft.copy_drill_lr is the copy-drill phases' learning rate, and trainer.sft.copy_drill_steps = 0 "
                 "runs none: set copy_drill_steps or remove the key"
+            )
+        if sft.copy_drill_min_copied != type(sft).model_fields["copy_drill_min_copied"].default and not (
+            sft.copy_drill_steps
+        ):
+            raise ValueError(
+                "trainer.sft.copy_drill_min_copied checks the model the copy-drill phase made, and "
+                "trainer.sft.copy_drill_steps = 0 runs none: set copy_drill_steps or remove the key"
             )
         if sft.copy_drill_share and not sft.copy_drill_steps:
             raise ValueError(

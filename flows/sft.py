@@ -42,6 +42,7 @@ from storage import checkpoints
 from storage.errors import NotFoundError
 from storage.fs import Store
 from tasks.training import (
+    copy_check,
     copy_warm_start,
     create_model,
     demonstrations,
@@ -58,6 +59,9 @@ from tasks.training import (
 # for the protocol's words; the tokenizer trains on it in about 10 s.
 TOKENIZER_CODE_CHARS = 3_000_000
 TOKENIZER_DRILLS = 1_500
+# Fresh short drills the drilled model answers (trainer.sft.copy_drill_min_copied): a formed
+# circuit copies nearly all, an unformed one none, so 64 tell them apart; about 20 s on 2 cores.
+COPY_CHECK_DRILLS = 64
 
 
 @flow(name="sft", log_prints=True)
@@ -139,11 +143,32 @@ def copy_drilled(init: str, config: RunConfig) -> str:
     sft, seed = config.trainer.sft, config.tasks.seed
     short = copy_drills(sft.copy_drill_steps * sft.copy_drill_batch_size, seed, long=False)
     out = drill_phase(init, short, sft.copy_drill_steps, sft.copy_drill_batch_size, "copy-drilled", config)
+    check_copying(out, config)
     if not sft.copy_drill_long_steps:
         return out
     batch = max(1, sft.copy_drill_batch_size // 2)  # each about four times as long
     long = copy_drills(sft.copy_drill_long_steps * batch, seed + 2)  # seed + 1: the drills mixed into the SFT
     return drill_phase(out, long, sft.copy_drill_long_steps, batch, "copy-drilled-long", config)
+
+
+def check_copying(model_dir: str, config: RunConfig) -> None:
+    """Stop the build when the drilled model in `model_dir` copies fewer fresh short drills
+    exactly than trainer.sft.copy_drill_min_copied (engines/model/copy_check.py)."""
+    sft = config.trainer.sft
+    if not sft.copy_drill_min_copied:
+        return
+    drills = copy_drills(COPY_CHECK_DRILLS, config.tasks.seed + 5, long=False)  # seeds up to + 4 drill or tokenize
+    share, misses = copy_check(model_dir, quote(drills))
+    print(f"[sft] the drilled model copies {share:.0%} of {len(drills)} fresh copy drills exactly")
+    if share < sft.copy_drill_min_copied:
+        raise ValueError(
+            f"trainer.sft.copy_drill_min_copied = {sft.copy_drill_min_copied}: after trainer.sft.copy_drill_steps = "
+            f"{sft.copy_drill_steps} the drilled model ({model_dir}) copies {share:.0%} of {len(drills)} fresh copy "
+            f"drills exactly (it wrote {'; '.join(misses)}), so its copying circuit has not formed (the phase's "
+            "loss above stayed on its plateau) and a warm start built on it would score 0 on projects it never "
+            "trained on. Raise copy_drill_steps or try another trainer.seed; copy_drill_min_copied = 0 builds on "
+            "without the check (docs/2026-12-06-real-task-gate.md, X17)"
+        )
 
 
 def drill_phase(init: str, drills: list[list[dict]], steps: int, batch: int, name: str, config: RunConfig) -> str:
@@ -209,8 +234,9 @@ def cache_inputs(config: RunConfig, train: list[Task]) -> dict:
         "demonstrator": sft.demonstrations,
         "seed": config.tasks.seed,
     }
-    # The switch itself and how often progress is printed change no weight.
-    sft_settings = sft.model_dump(mode="json", exclude={"cache", "log_every"})
+    # The switch itself, how often progress is printed and the copy check (it stops a build,
+    # never changes its weights) change no weight.
+    sft_settings = sft.model_dump(mode="json", exclude={"cache", "log_every", "copy_drill_min_copied"})
     trainer = config.trainer.model_dump(mode="json", include=set(SFT_TRAINER_FIELDS))
     model = config.model.tiny.model_dump(mode="json")
     code = CODE_MODULES + (CORPUS_MODULES if config.tasks.kind == "corpus" else ())

@@ -20,6 +20,7 @@ from engines.env.task_sources.repo_demos import PatchTester, pool_tester, repo_d
 from engines.env.types import Task
 from engines.model import hub
 from engines.model.chat_format import ChatFormat
+from engines.model.copy_check import copied_share
 from engines.model.load import load_tokenizer
 from engines.model.tiny import TinyModelConfig, create_tiny_model
 from engines.protocol import render_messages
@@ -122,6 +123,12 @@ def fine_tune(
     without a store, a local folder)."""
     sft(model_dir, conversations, out_uri, cfg, store=store)
     return out_uri
+
+
+@task(name="copy-check", cache_policy=NO_CACHE)
+def copy_check(model_dir: str, drills: list[list[dict[str, str]]]) -> tuple[float, list[str]]:
+    """The share of `drills` the model answers exactly, greedy, and a few of its misses."""
+    return copied_share(model_dir, drills)
 
 
 @task(name="copy-warm-start", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)

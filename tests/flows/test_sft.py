@@ -124,6 +124,13 @@ def test_copy_drills_need_a_corpus_run_whose_hint_names_the_function_and_change_
     assert warm_start_key(cache_inputs(fast, TRAIN)) != warm_start_key(cache_inputs(drilled, TRAIN))
     with pytest.raises(ValueError, match="copy_drill_lr is the copy-drill phases' learning rate"):
         load_config(RunConfig, None, [*corpus, "function", *drill_lr])
+    unchecked = ["--trainer.sft.copy_drill_min_copied", "0"]
+    free = load_config(RunConfig, None, [*corpus, "function", "--trainer.sft.copy_drill_steps", "100", *unchecked])
+    assert warm_start_key(cache_inputs(free, TRAIN)) == warm_start_key(
+        cache_inputs(drilled, TRAIN)
+    )  # stops, never changes
+    with pytest.raises(ValueError, match="copy_drill_min_copied checks the model the copy-drill phase made"):
+        load_config(RunConfig, None, [*corpus, "function", *unchecked])
 
 
 def test_drills_mixed_into_the_demonstrations_make_their_shares_and_are_new_ones() -> None:
@@ -181,8 +188,14 @@ def test_the_copy_drill_phase_trains_the_fresh_model_into_a_folder_beside_it(
     shutil.copytree(tiny_model_dir, init)
     drills = ["--trainer.sft.copy_drill_steps", "2", "--trainer.sft.copy_drill_batch_size", "2"]
     corpus = [*CORPUS, "--tasks.hint", "function"]
-    config = load_config(RunConfig, None, [*corpus, *drills, "--trainer.sft.copy_drill_long_steps", "1"])
+    long, unchecked = ["--trainer.sft.copy_drill_long_steps", "1"], ["--trainer.sft.copy_drill_min_copied", "0"]
+    checked = load_config(RunConfig, None, [*corpus, *drills, *long])
+    config = load_config(RunConfig, None, [*corpus, *drills, *long, *unchecked])
     with temporary_settings(updates={PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
+        # Two steps form no copying: the check stops the build before the long drills.
+        with pytest.raises(ValueError, match=r"copy_drill_min_copied = 0.5: .* copies 0% of 64 fresh copy drills"):
+            copy_drilled(str(init), checked)
+        assert not (tmp_path / "copy-drilled-long").exists()
         out = copy_drilled(str(init), config)  # its SFT is a task of the sft flow
     assert Path(out) == tmp_path / "copy-drilled-long"  # the short drills' model, then the long ones'
     models = [load_file(p / "model.safetensors") for p in (init, tmp_path / "copy-drilled", Path(out))]
