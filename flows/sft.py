@@ -60,7 +60,7 @@ from tasks.training import (
 TOKENIZER_CODE_CHARS = 3_000_000
 TOKENIZER_DRILLS = 1_500
 # Fresh short drills the drilled model answers (trainer.sft.copy_drill_min_copied): a formed
-# circuit copies nearly all, an unformed one none, so 64 tell them apart; about 20 s on 2 cores.
+# circuit copies nearly all, an unformed one none, so 64 tell them apart; about 1 s on 2 cores.
 COPY_CHECK_DRILLS = 64
 
 
@@ -164,8 +164,8 @@ def check_copying(model_dir: str, config: RunConfig) -> None:
         raise ValueError(
             f"trainer.sft.copy_drill_min_copied = {sft.copy_drill_min_copied}: after trainer.sft.copy_drill_steps = "
             f"{sft.copy_drill_steps} the drilled model ({model_dir}) copies {share:.0%} of {len(drills)} fresh copy "
-            f"drills exactly (it wrote {'; '.join(misses)}), so its copying circuit has not formed (the phase's "
-            "loss above stayed on its plateau) and a warm start built on it would score 0 on projects it never "
+            f"drills exactly (it wrote {'; '.join(misses)}), so its copying circuit has not formed (when it "
+            "forms, the phase's loss above leaves its plateau and falls about 20-fold) and a warm start built on it would score 0 on projects it never "
             "trained on. Raise copy_drill_steps or try another trainer.seed; copy_drill_min_copied = 0 builds on "
             "without the check (docs/2026-12-06-real-task-gate.md, X17)"
         )
