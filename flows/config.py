@@ -362,9 +362,10 @@ class RunSFTConfig(SFTConfig):
         description="After the short copy-drill phase, the drilled model answers 64 fresh short drills greedy; when it "
         "copies fewer than this share exactly, the warm-start build stops with an error before the long phase and "
         "the repository SFT. The copying circuit forms in a phase change that may come after copy_drill_steps: a "
-        "model drilled on the recipe's 900 steps named the hinted file in 98% of a held-out project's episodes on one "
-        "machine and in none on another (docs/2026-12-06-real-task-gate.md, X17), and a warm start that does not copy scores 0 on "
-        "every project it never trained on. 0: no check. Read only when copy_drill_steps > 0.",
+        "model drilled on the recipe's 900 steps named the hinted file in 98% of a held-out project's episodes "
+        "on one machine and in none on another (docs/2026-12-06-real-task-gate.md, X17), and a warm start that "
+        "does not copy scores 0 on every project it never trained on. 0: no check. Read only when "
+        "copy_drill_steps > 0.",
     )
     copy_drill_share: float = Field(
         0.0,

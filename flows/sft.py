@@ -165,9 +165,10 @@ def check_copying(model_dir: str, config: RunConfig) -> None:
             f"trainer.sft.copy_drill_min_copied = {sft.copy_drill_min_copied}: after trainer.sft.copy_drill_steps = "
             f"{sft.copy_drill_steps} the drilled model ({model_dir}) copies {share:.0%} of {len(drills)} fresh copy "
             f"drills exactly (it wrote {'; '.join(misses)}), so its copying circuit has not formed (when it "
-            "forms, the phase's loss above leaves its plateau and falls about 20-fold) and a warm start built on it would score 0 on projects it never "
-            "trained on. Raise copy_drill_steps or try another trainer.seed; copy_drill_min_copied = 0 builds on "
-            "without the check (docs/2026-12-06-real-task-gate.md, X17)"
+            "forms, the phase's loss above leaves its plateau and falls about 20-fold) and a warm start built "
+            "on it would score 0 on projects it never trained on. Raise copy_drill_steps or try another "
+            "trainer.seed; copy_drill_min_copied = 0 builds on without the check "
+            "(docs/2026-12-06-real-task-gate.md, X17)"
         )
 
 
