@@ -329,7 +329,8 @@ class RunSFTConfig(SFTConfig):
         "(engines/env/task_sources/copy_drills.py): statements whose hint names a file and function drawn from the "
         "names of the Python code installed beside the trainer (about 100,000, too many to recall), answered by the "
         "view of exactly those names, so the tiny model learns to copy a name from the statement (an induction "
-        "circuit, formed in a phase change near step 450: docs/2026-12-06-real-task-gate.md) before it learns the "
+        "circuit, formed in a phase change whose step varies with the machine and the batch order; "
+        "copy_drill_hint_steps before these bring it sooner: docs/2026-12-06-real-task-gate.md) before it learns the "
         "tools; long repository episodes alone did not teach it in the SFT time a run has. 0: none. Needs "
         "tasks.kind = corpus and tasks.hint = 'function'; refused otherwise.",
     )
@@ -338,6 +339,16 @@ class RunSFTConfig(SFTConfig):
         ge=1,
         description="Copy drills a step of the copy-drill phase (trainer.sft.copy_drill_steps): each is about 80 "
         "tokens, so 32 cost about 1 s a step on 2 cores. Read only when copy_drill_steps > 0.",
+    )
+    copy_drill_hint_steps: int = Field(
+        0,
+        ge=0,
+        description="SFT steps (of copy_drill_batch_size drills each) before copy_drill_steps on copy drills whose "
+        "statement is the hint line alone (about 20 tokens, a quarter of a short drill). A head that has not yet "
+        "learnt where to look spreads its attention over every token of the statement, so the fewer there are, "
+        "the stronger the signal that forms the copying circuit: on a machine where 1,350 short-drill steps formed "
+        "none, hint-only drills formed it from step 300 and the short drills after them copied at once "
+        "(docs/2026-12-06-real-task-gate.md, X18). 0: none. Needs copy_drill_steps > 0.",
     )
     copy_drill_long_steps: int = Field(
         0,
@@ -580,6 +591,12 @@ class RunConfig(BaseModel):
             raise ValueError(
                 "trainer.sft.copy_drill_batch_size sizes the copy-drill phase, and trainer.sft.copy_drill_steps = 0 "
                 "runs none: set copy_drill_steps or remove the key"
+            )
+        if sft.copy_drill_hint_steps and not sft.copy_drill_steps:
+            raise ValueError(
+                "trainer.sft.copy_drill_hint_steps forms the copying that the short drills of "
+                "trainer.sft.copy_drill_steps carry to longer statements, and copy_drill_steps = 0 runs none: set "
+                "copy_drill_steps or remove the key"
             )
         if sft.copy_drill_long_steps and not sft.copy_drill_steps:
             raise ValueError(

@@ -136,17 +136,21 @@ def neutral_tokenizer_text(
 
 
 def copy_drilled(init: str, config: RunConfig) -> str:
-    """The fresh model `init` after trainer.sft.copy_drill_steps steps on copy drills of the
-    installed code's names (engines/env/task_sources/copy_drills.py) with short statements,
-    then copy_drill_long_steps on drills with statements as long as the builder's, beside
-    it: it learns to copy a name from the statement before it learns the tools."""
-    sft, seed = config.trainer.sft, config.tasks.seed
-    short = copy_drills(sft.copy_drill_steps * sft.copy_drill_batch_size, seed, long=False)
-    out = drill_phase(init, short, sft.copy_drill_steps, sft.copy_drill_batch_size, "copy-drilled", config)
+    """The fresh model `init` after trainer.sft.copy_drill_hint_steps steps on copy drills of
+    the installed code's names (engines/env/task_sources/copy_drills.py) whose statement is
+    the hint alone, copy_drill_steps on short statements, then copy_drill_long_steps on
+    statements as long as the builder's, beside it: it learns to copy a name from the
+    statement before it learns the tools."""
+    sft, seed, batch = config.trainer.sft, config.tasks.seed, config.trainer.sft.copy_drill_batch_size
+    if sft.copy_drill_hint_steps:  # seed + 6: names no other drills of the build use
+        hints = copy_drills(sft.copy_drill_hint_steps * batch, seed + 6, statement="hint")
+        init = drill_phase(init, hints, sft.copy_drill_hint_steps, batch, "copy-drilled-hint", config)
+    short = copy_drills(sft.copy_drill_steps * batch, seed, statement="short")
+    out = drill_phase(init, short, sft.copy_drill_steps, batch, "copy-drilled", config)
     check_copying(out, config)
     if not sft.copy_drill_long_steps:
         return out
-    batch = max(1, sft.copy_drill_batch_size // 2)  # each about four times as long
+    batch = max(1, batch // 2)  # each about four times as long
     long = copy_drills(sft.copy_drill_long_steps * batch, seed + 2)  # seed + 1: the drills mixed into the SFT
     return drill_phase(out, long, sft.copy_drill_long_steps, batch, "copy-drilled-long", config)
 
@@ -157,7 +161,7 @@ def check_copying(model_dir: str, config: RunConfig) -> None:
     sft = config.trainer.sft
     if not sft.copy_drill_min_copied:
         return
-    drills = copy_drills(COPY_CHECK_DRILLS, config.tasks.seed + 5, long=False)  # seeds up to + 4 drill or tokenize
+    drills = copy_drills(COPY_CHECK_DRILLS, config.tasks.seed + 5, statement="short")  # + 5: names no phase trains on
     share, misses = copy_check(model_dir, quote(drills))
     print(f"[sft] the drilled model copies {share:.0%} of {len(drills)} fresh copy drills exactly")
     if share < sft.copy_drill_min_copied:
@@ -166,9 +170,9 @@ def check_copying(model_dir: str, config: RunConfig) -> None:
             f"{sft.copy_drill_steps} the drilled model ({model_dir}) copies {share:.0%} of {len(drills)} fresh copy "
             f"drills exactly (it wrote {'; '.join(misses)}), so its copying circuit has not formed (when it "
             "forms, the phase's loss above leaves its plateau and falls about 20-fold) and a warm start built "
-            "on it would score 0 on projects it never trained on. Raise copy_drill_steps or try another "
-            "trainer.seed; copy_drill_min_copied = 0 builds on without the check "
-            "(docs/2026-12-06-real-task-gate.md, X17)"
+            "on it would score 0 on projects it never trained on. Raise copy_drill_hint_steps (hint-only drills "
+            "form it sooner) or copy_drill_steps; copy_drill_min_copied = 0 builds on without the check "
+            "(docs/2026-12-06-real-task-gate.md, X17, X18)"
         )
 
 

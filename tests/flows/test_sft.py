@@ -131,6 +131,11 @@ def test_copy_drills_need_a_corpus_run_whose_hint_names_the_function_and_change_
     )  # stops, never changes
     with pytest.raises(ValueError, match="copy_drill_min_copied checks the model the copy-drill phase made"):
         load_config(RunConfig, None, [*corpus, "function", *unchecked])
+    hinted = ["--trainer.sft.copy_drill_hint_steps", "100"]
+    first = load_config(RunConfig, None, [*corpus, "function", "--trainer.sft.copy_drill_steps", "100", *hinted])
+    assert warm_start_key(cache_inputs(first, TRAIN)) != warm_start_key(cache_inputs(drilled, TRAIN))
+    with pytest.raises(ValueError, match="copy_drill_hint_steps forms the copying that the short drills"):
+        load_config(RunConfig, None, [*corpus, "function", *hinted])  # no short drills after them
 
 
 def test_drills_mixed_into_the_demonstrations_make_their_shares_and_are_new_ones() -> None:
@@ -176,7 +181,7 @@ def copy_drills_of(config: RunConfig) -> list[list[dict]]:
     copy_drilled draws them)."""
     from engines.env.task_sources.copy_drills import copy_drills
 
-    return [*copy_drills(200, config.tasks.seed, long=False), *copy_drills(200, config.tasks.seed + 2)]
+    return [*copy_drills(200, config.tasks.seed, statement="short"), *copy_drills(200, config.tasks.seed + 2)]
 
 
 def test_the_copy_drill_phase_trains_the_fresh_model_into_a_folder_beside_it(
@@ -189,16 +194,18 @@ def test_the_copy_drill_phase_trains_the_fresh_model_into_a_folder_beside_it(
     drills = ["--trainer.sft.copy_drill_steps", "2", "--trainer.sft.copy_drill_batch_size", "2"]
     corpus = [*CORPUS, "--tasks.hint", "function"]
     long, unchecked = ["--trainer.sft.copy_drill_long_steps", "1"], ["--trainer.sft.copy_drill_min_copied", "0"]
+    hints = ["--trainer.sft.copy_drill_hint_steps", "1"]
     checked = load_config(RunConfig, None, [*corpus, *drills, *long])
-    config = load_config(RunConfig, None, [*corpus, *drills, *long, *unchecked])
+    config = load_config(RunConfig, None, [*corpus, *drills, *long, *unchecked, *hints])
     with temporary_settings(updates={PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
         # Two steps form no copying: the check stops the build before the long drills.
         with pytest.raises(ValueError, match=r"copy_drill_min_copied = 0.5: .* copies 0% of 64 fresh copy drills"):
             copy_drilled(str(init), checked)
         assert not (tmp_path / "copy-drilled-long").exists()
         out = copy_drilled(str(init), config)  # its SFT is a task of the sft flow
-    assert Path(out) == tmp_path / "copy-drilled-long"  # the short drills' model, then the long ones'
-    models = [load_file(p / "model.safetensors") for p in (init, tmp_path / "copy-drilled", Path(out))]
+    assert Path(out) == tmp_path / "copy-drilled-long"  # the hint drills' model, the short ones', the long ones'
+    phases = (init, tmp_path / "copy-drilled-hint", tmp_path / "copy-drilled", Path(out))
+    models = [load_file(p / "model.safetensors") for p in phases]
     for before, after in zip(models, models[1:]):
         assert before.keys() == after.keys() and any(not before[k].equal(after[k]) for k in before)
 

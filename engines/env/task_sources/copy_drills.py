@@ -25,6 +25,7 @@ import re
 import sysconfig
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Literal
 
 from engines.env.task_sources.selection import hint_sentence
 
@@ -45,6 +46,7 @@ _ERRORS = (
     "AttributeError",
 )
 _STATEMENT_CHARS = 1500  # the builder's cut (engines/env/task_sources/builder.py: _problem_statement)
+Statement = Literal["hint", "short", "long"]
 
 
 class NamePool:
@@ -166,22 +168,25 @@ def _cut(line: str, width: int = 80) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
-def copy_drill(pool: NamePool, rng: random.Random, long: bool = True) -> list[dict[str, str]]:
-    """One drill: a statement shaped like the builder's (`drill_statement`), its hint, and
-    the `view` of what it names."""
+def copy_drill(pool: NamePool, rng: random.Random, statement: Statement = "long") -> list[dict[str, str]]:
+    """One drill: a statement shaped like the builder's (`drill_statement`; `statement` =
+    'hint': the hint line alone), its hint, and the `view` of what it names."""
     package, module = pool.module(rng), pool.module(rng)
     folders = [package, *([pool.module(rng)] if rng.random() < 0.3 else [])]
     path = "/".join([*(["src"] if rng.random() < 0.2 else []), *folders, f"{module}.py"])
     function = pool.function(rng)
     scope = f"{pool.klass(rng)}.{function}" if rng.random() < 0.6 else function
-    statement = drill_statement(pool, rng, package, module, function, hint_sentence(path, scope), long)
-    return [{"role": "user", "content": statement}, {"role": "assistant", "content": f"view {path} {scope}"}]
+    text = hint_sentence(path, scope)
+    if statement != "hint":
+        text = drill_statement(pool, rng, package, module, function, text, statement == "long")
+    return [{"role": "user", "content": text}, {"role": "assistant", "content": f"view {path} {scope}"}]
 
 
 def copy_drills(
-    count: int, seed: int, code: Sequence[str] | None = None, long: bool = True
+    count: int, seed: int, code: Sequence[str] | None = None, statement: Statement = "long"
 ) -> list[list[dict[str, str]]]:
     """`count` drills drawn by `seed`, their names from `code`, or from the installed code
-    (`installed_code`) when None; `long`: statements as long as the builder's."""
+    (`installed_code`) when None. `statement`: 'long' as long as the builder's, 'short' one
+    failure and the hint, 'hint' the hint line alone (`drill_statement`)."""
     pool, rng = installed_pool() if code is None else NamePool(code), random.Random(seed)
-    return [copy_drill(pool, rng, long) for _ in range(count)]
+    return [copy_drill(pool, rng, statement) for _ in range(count)]

@@ -11,7 +11,7 @@ from engines.model.load import load_moe_causal_lm, load_tokenizer
 
 
 def test_the_share_counts_the_drills_answered_exactly(tiny_model_dir: Path) -> None:
-    drills = copy_drills(4, seed=0, long=False)
+    drills = copy_drills(4, seed=0, statement="short")
     share, misses = copied_share(str(tiny_model_dir), drills)
     assert share == 0.0 and len(misses) == 3  # a fresh model copies nothing
     assert all(" for 'view " in m for m in misses)

@@ -53,6 +53,19 @@ def test_each_drill_views_exactly_what_its_hint_names() -> None:
     assert copy_drills(5, seed=1, code=CODE) != drills[:5]
 
 
+def test_a_hint_drill_is_the_hint_line_alone_and_a_short_one_a_single_failure_before_it() -> None:
+    hints, shorts = (copy_drills(50, seed=0, code=CODE, statement=s) for s in ("hint", "short"))
+    for drill in hints:
+        statement, answer = drill[0]["content"], drill[1]["content"]
+        assert "\n" not in statement and statement.startswith("The bug is in ")
+        scope, path = statement.removeprefix("The bug is in ").removesuffix(".").split(" of ")
+        assert answer == f"view {path} {scope}"
+    for drill in shorts:
+        lines = drill[0]["content"].splitlines()
+        assert len(lines) == 4 and lines[2].startswith("FAILED tests/") and lines[3].startswith("The bug is in ")
+    assert {d[1]["content"] for d in hints}.isdisjoint(d[1]["content"] for d in copy_drills(50, seed=1, code=CODE))
+
+
 def test_the_installed_code_gives_too_many_names_to_recall() -> None:
     pool = NamePool(installed_code())  # the standard library and site-packages, tests left out
     assert len(pool.functions) > 20_000 and len(pool.classes) > 5_000
