@@ -59,6 +59,7 @@ CAPS: dict[str, int | float] = {
     "trainer.seq_len": CONTEXT,
     "trainer.sft.max_steps": 4,
     "trainer.sft.batch_size": 4,
+    "trainer.sft.copy_drill_hint_steps": 2,
     "trainer.sft.copy_drill_steps": 2,
     "trainer.sft.copy_drill_min_copied": 0.0,  # two drill steps form no copying: the trial walks the path
     "trainer.sft.copy_drill_long_steps": 2,
