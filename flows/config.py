@@ -340,6 +340,17 @@ class RunSFTConfig(SFTConfig):
         description="Copy drills a step of the copy-drill phase (trainer.sft.copy_drill_steps): each is about 80 "
         "tokens, so 32 cost about 1 s a step on 2 cores. Read only when copy_drill_steps > 0.",
     )
+    old_tokens: int = Field(
+        2,
+        ge=1,
+        description="Fewest whole tokens in the OLD of a corpus run's repository demonstrations and edit drills "
+        "(`change PATH NAME`: the shortest span of the changed line that holds its change and occurs once in the "
+        "function, or the whole line). At 2, OLD is mostly a mutation's own shape (`not (`, `+= 1`), and a warm "
+        "start wrote such shapes from memory in 43 of 51 first edits on a project it never trained on instead of "
+        "copying from the view (docs/2026-12-06-real-task-gate.md, X18); more tokens take in the line's names, "
+        "which only copying gets right. Refused for micro runs (their demonstrations keep trainer.sft.edit_tool's "
+        "form).",
+    )
     copy_drill_hint_steps: int = Field(
         0,
         ge=0,
@@ -591,6 +602,12 @@ class RunConfig(BaseModel):
             raise ValueError(
                 "trainer.sft.copy_drill_batch_size sizes the copy-drill phase, and trainer.sft.copy_drill_steps = 0 "
                 "runs none: set copy_drill_steps or remove the key"
+            )
+        if sft.old_tokens != type(sft).model_fields["old_tokens"].default and self.tasks.kind == "micro":
+            raise ValueError(
+                "trainer.sft.old_tokens sizes OLD in a corpus run's repository demonstrations and edit drills, and a "
+                "micro run has neither (trainer.sft.edit_tool sets its demonstrations' form): remove the key or set "
+                "tasks.kind = 'corpus'"
             )
         if sft.copy_drill_hint_steps and not sft.copy_drill_steps:
             raise ValueError(

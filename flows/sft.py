@@ -102,7 +102,12 @@ def build(config: RunConfig, train: list[Task], out: str, work: Path, store: Sto
     code: list[str] = []
     if config.tasks.kind == "corpus":
         demos = repository_demonstrations(
-            quote(train), config.env.edit_attempts, config.tasks.seed, config.env, sft.demonstrations_per_task
+            quote(train),
+            config.env.edit_attempts,
+            config.tasks.seed,
+            config.env,
+            sft.demonstrations_per_task,
+            sft.old_tokens,
         )
         if config.model.tiny.tokenizer_text == "demonstrations":
             code = source_texts(train)  # read before renaming: the tokenizer learns the real code
@@ -195,7 +200,7 @@ def with_drills(demos: list[list[dict]], config: RunConfig) -> list[list[dict]]:
     return [
         *demos,
         *(copy_drills(copies, seed + 1) if copies else []),
-        *(edit_drills(edits, seed, config.env.view_lines) if edits else []),
+        *(edit_drills(edits, seed, config.env.view_lines, sft.old_tokens) if edits else []),
     ]
 
 

@@ -52,13 +52,13 @@ def demonstrations(
 
 @task(name="repository-demonstrations", cache_policy=NO_CACHE)
 def repository_demonstrations(
-    tasks: list[Task], attempts: int, seed: int, env: EnvConfig, per_task: int = 1
+    tasks: list[Task], attempts: int, seed: int, env: EnvConfig, per_task: int = 1, old_tokens: int = 2
 ) -> list[list[dict]]:
     """Episodes of the candidate demonstrator on tasks from real repositories, each tried
     candidate's verdict from the task's own tests in the grading pool (engines/env/task_sources/repo_demos.py)."""
     with GradingPool(env) as pool:
         tester = _with_progress(pool_tester(pool))
-        demos = repo_demonstrations(tasks, attempts, seed, tester, env.view_lines, per_task)
+        demos = repo_demonstrations(tasks, attempts, seed, tester, env.view_lines, per_task, old_tokens)
     if not demos:
         raise ValueError(
             f"none of the {len(tasks)} training tasks has a fix among the candidate demonstrator's edits (a removed "

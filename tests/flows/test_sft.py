@@ -217,3 +217,16 @@ def test_a_micro_runs_key_ignores_the_code_only_corpus_runs_read() -> None:
     corpus = cache_inputs(load_config(RunConfig, None, CORPUS), TRAIN)
     assert micro["code"] == code_digest(CODE_MODULES)  # a change to the drills keeps the default warm start
     assert corpus["code"] == code_digest(CODE_MODULES + CORPUS_MODULES)
+
+
+def test_old_tokens_sizes_a_corpus_runs_edits_changes_its_key_and_is_refused_for_micro_runs() -> None:
+    wide = ["--trainer.sft.old_tokens", "6"]
+    assert key(*CORPUS, *wide) != key(*CORPUS)
+    drilled = [*CORPUS, "--tasks.hint", "function", "--trainer.sft.copy_drill_steps", "100"]
+    shares = ["--trainer.sft.edit_drill_share", "0.25"]
+    demos = [[{"role": "user", "content": "demo"}, {"role": "assistant", "content": "submit"}]] * 3
+    narrow, widened = (with_drills(demos, load_config(RunConfig, None, [*drilled, *shares, *w])) for w in ([], wide))
+    olds = [(a[3]["content"].split("\n")[1], b[3]["content"].split("\n")[1]) for a, b in zip(narrow[3:], widened[3:])]
+    assert olds and all(a.strip() in b for a, b in olds) and any(len(b) > len(a) for a, b in olds)
+    with pytest.raises(ValueError, match="trainer.sft.old_tokens sizes OLD in a corpus run's"):
+        load_config(RunConfig, None, wide)

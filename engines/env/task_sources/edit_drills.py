@@ -31,10 +31,12 @@ from engines.protocol import Action, render_action
 _MAX_BYTES = 60_000
 
 
-def edit_drill(path: str, text: str, rng: random.Random, view_lines: int = 60) -> list[dict[str, str]] | None:
+def edit_drill(
+    path: str, text: str, rng: random.Random, view_lines: int = 60, old_tokens: int = 2
+) -> list[dict[str, str]] | None:
     """A drill on `text` (the file `path`): the statement, `view` of the function holding a
-    random mutation's line, the view, and the `change` of that line; None when the file
-    has no mutation on the function's first page."""
+    random mutation's line, the view, and the `change` of that line (OLD at least
+    `old_tokens` whole tokens); None when the file has no mutation on the function's first page."""
     lines = text.rstrip("\n").split("\n")
     found = mutations(text)
     rng.shuffle(found)
@@ -51,20 +53,21 @@ def edit_drill(path: str, text: str, rng: random.Random, view_lines: int = 60) -
             {"role": "user", "content": statement},
             {"role": "assistant", "content": render_action(Action("view", path=path, scope=function))},
             {"role": "tool", "content": function_view(path, lines, function, view_lines)},
-            {"role": "assistant", "content": render_action(change_action(path, lines, scope, *changed))},
+            {"role": "assistant", "content": render_action(change_action(path, lines, scope, *changed, old_tokens))},
         ]
     return None
 
 
-def edit_drills(count: int, seed: int, view_lines: int = 60) -> list[list[dict[str, str]]]:
-    """`count` drills on installed files drawn by `seed`, one per file while files last."""
+def edit_drills(count: int, seed: int, view_lines: int = 60, old_tokens: int = 2) -> list[list[dict[str, str]]]:
+    """`count` drills on installed files drawn by `seed`, one per file while files last,
+    each OLD at least `old_tokens` whole tokens."""
     files = [(rel, where) for rel, where in installed_files() if where.stat().st_size <= _MAX_BYTES]
     rng = random.Random(seed)
     drills: list[list[dict[str, str]]] = []
     while len(drills) < count and files:
         rng.shuffle(files)
         for rel, where in files:
-            drill = edit_drill(rel, where.read_text(encoding="utf-8", errors="ignore"), rng, view_lines)
+            drill = edit_drill(rel, where.read_text(encoding="utf-8", errors="ignore"), rng, view_lines, old_tokens)
             if drill is not None:
                 drills.append(drill)
             if len(drills) == count:

@@ -80,8 +80,9 @@ class Plan:
     fix: Candidate
 
 
-def plan(task: Task) -> Plan | None:
-    """The buggy function and its plausible fixes, or None when the task's fix is none of them."""
+def plan(task: Task, old_tokens: int = 2) -> Plan | None:
+    """The buggy function and its plausible fixes, or None when the task's fix is none of
+    them; each candidate's OLD at least `old_tokens` whole tokens (`change_action`)."""
     meta = task.meta()
     path = meta.get("file")
     files = base_files(task)
@@ -96,7 +97,7 @@ def plan(task: Task) -> Plan | None:
     found = resolve(lines, meta["function"]) if meta.get("function") else innermost(lines, changed[0])
     if found is None or isinstance(found, str) or not found.first <= changed[0] <= found.last:
         return None
-    candidates = _candidates(path, buggy, lines, found)
+    candidates = _candidates(path, buggy, lines, found, old_tokens)
     fix = next((c for c in candidates if (c.line, c.text) == changed), None)
     return None if fix is None else Plan(path, lines, found, candidates, fix)
 
@@ -126,16 +127,22 @@ def demonstration(
 
 
 def repo_demonstrations(
-    tasks: Sequence[Task], attempts: int, seed: int, tester: PatchTester, view_lines: int = 60, per_task: int = 1
+    tasks: Sequence[Task],
+    attempts: int,
+    seed: int,
+    tester: PatchTester,
+    view_lines: int = 60,
+    per_task: int = 1,
+    old_tokens: int = 2,
 ) -> list[list[dict]]:
-    """`per_task` demonstrations of each task that has a plan (`plan`), each with its own
-    candidate order drawn by `seed` (a small corpus gives more than one order of the same
-    candidates); the candidates tried are all tested in one call of `tester`, each
-    distinct (task, candidate) once."""
+    """`per_task` demonstrations of each task that has a plan (`plan`, its OLD at least
+    `old_tokens` whole tokens), each with its own candidate order drawn by `seed` (a small
+    corpus gives more than one order of the same candidates); the candidates tried are all
+    tested in one call of `tester`, each distinct (task, candidate) once."""
     rng = random.Random(seed)
     work = []
     for task in tasks:
-        p = plan(task)
+        p = plan(task, old_tokens)
         for _ in range(per_task if p is not None else 0):
             order = list(p.candidates)
             rng.shuffle(order)
@@ -197,7 +204,7 @@ def _mirrored(buggy: str, found: list[Mutation]) -> list[Mutation]:
     return out
 
 
-def _candidates(path: str, buggy: str, lines: list[str], scope: Definition) -> list[Candidate]:
+def _candidates(path: str, buggy: str, lines: list[str], scope: Definition, old_tokens: int) -> list[Candidate]:
     """Distinct one-line rewrites of the function by the builder's mutation kinds."""
     found = [m for m in mutations(buggy) if scope.first <= m.line <= scope.last]
     seen: dict[tuple[int, str], Candidate] = {}
@@ -206,17 +213,20 @@ def _candidates(path: str, buggy: str, lines: list[str], scope: Definition) -> l
         if changed is None or changed in seen:
             continue
         line, text = changed
-        action = change_action(path, lines, scope, line, text)
+        action = change_action(path, lines, scope, line, text, old_tokens)
         edited = [*lines[: line - 1], text, *lines[line:]]
         patch = unified_diff({path: buggy.encode()}, {path: ("\n".join(edited) + "\n").encode()})
         seen[changed] = Candidate(line, text, patch, action)
     return list(seen.values())
 
 
-def change_action(path: str, lines: list[str], scope: Definition, line: int, text: str) -> Action:
-    """`change PATH NAME` with OLD at least two tokens and spaced (the micro default form),
-    or `change PATH LINE` when no span of the line occurs once in the function."""
-    span = short_span(lines[line - 1], text, lines[scope.first - 1 : scope.last], min_width=2)
+def change_action(path: str, lines: list[str], scope: Definition, line: int, text: str, old_tokens: int = 2) -> Action:
+    """`change PATH NAME` with OLD at least `old_tokens` whole tokens (or the whole line) and
+    spaced (2: the micro default form), or `change PATH LINE` when no span of the line
+    occurs once in the function. A short OLD is a mutation's own shape (`not (`, `+= 1`),
+    which a model can write from memory rather than copy from the view; a longer one
+    holds the line's names (trainer.sft.old_tokens)."""
+    span = short_span(lines[line - 1], text, lines[scope.first - 1 : scope.last], min_width=old_tokens)
     if span is not None:
         old, new = with_leading_space(lines[line - 1], *span)
         return Action("change", path=path, scope=scope.qualname, old=old, new=new)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from engines.env.edits import Edited, apply_edit
+from engines.env.edits import Edited, apply_edit, line_tokens
 from engines.env.scopes import resolve
 from engines.env.task_sources.edit_drills import edit_drill, edit_drills
 from engines.env.views import function_view
@@ -70,3 +70,16 @@ def test_the_installed_code_gives_each_drill_its_own_file() -> None:
     assert len(paths) == 100  # one drill a file: too many functions to recall
     assert all(path.endswith(".py") and not path.startswith("/") for path in paths)
     assert edit_drills(5, seed=0) == drills[:5] and edit_drills(5, seed=1) != drills[:5]
+
+
+def test_old_tokens_makes_each_drills_old_a_wider_piece_of_the_same_line() -> None:
+    for seed in range(30):
+        narrow = edit_drill("shapes/window.py", SOURCE, random.Random(seed))
+        wide = edit_drill("shapes/window.py", SOURCE, random.Random(seed), old_tokens=5)
+        check(wide, "shapes/window.py", SOURCE)
+        a, b = parse_action(narrow[3]["content"]), parse_action(wide[3]["content"])
+        line = next(x for x in SOURCE.splitlines() if b.old in x)
+        at = line.index(b.old)
+        inside = [t for t in line_tokens(line) if at <= t[1] and t[2] <= at + len(b.old)]
+        assert a.old.strip() in b.old and len(inside) >= min(5, len(line_tokens(line)))
+        assert apply_edit("w.py", SOURCE.splitlines(), a).lines == apply_edit("w.py", SOURCE.splitlines(), b).lines

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from engines.env.config import EnvConfig
+from engines.env.edits import line_tokens
 from engines.env.grader import GradingPool
 from engines.env.session import EnvSession
 from engines.env.task_sources.repo_demos import demonstrable_share, plan, pool_tester, repo_demonstrations, source_texts
@@ -35,6 +36,24 @@ def test_the_fix_is_one_of_the_candidates_in_the_named_function(project: Path) -
     assert plan(two_edit_task(project)) is None  # a two-line fix is no single candidate
     assert demonstrable_share([task, two_edit_task(project)]) == 0.5
     assert any("class Prices" in text for text in source_texts([task]))
+
+
+def test_old_tokens_widens_each_candidates_old_to_hold_the_lines_names(project: Path) -> None:
+    task = one_bug_task(project)
+    short, wide = plan(task), plan(task, old_tokens=6)
+    assert (short.fix.action.old, short.fix.action.new) == (") //", ") *")  # the mutation's shape alone
+    assert (wide.fix.action.scope, wide.fix.action.old, wide.fix.action.new) == (
+        "Prices.total",
+        ".get(n) //",
+        ".get(n) *",
+    )
+    for narrow, widened in zip(short.candidates, wide.candidates):
+        old = widened.action.old
+        assert narrow.action.old.strip() in old and old in wide.lines[widened.line - 1]
+        line = wide.lines[widened.line - 1]
+        inside = [t for t in line_tokens(line) if line.index(old) <= t[1] and t[2] <= line.index(old) + len(old)]
+        assert len(inside) >= min(6, len(line_tokens(line)))
+        assert widened.patch == narrow.patch  # the same rewrite, written with more of its line
 
 
 def test_a_demonstration_shows_what_a_session_shows(project: Path, env_config: EnvConfig, tmp_path: Path) -> None:
