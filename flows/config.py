@@ -337,8 +337,9 @@ class RunSFTConfig(SFTConfig):
     copy_drill_batch_size: int = Field(
         32,
         ge=1,
-        description="Copy drills a step of the copy-drill phase (trainer.sft.copy_drill_steps): each is about 80 "
-        "tokens, so 32 cost about 1 s a step on 2 cores. Read only when copy_drill_steps > 0.",
+        description="Drills a step of the copy-drill phase (trainer.sft.copy_drill_steps; half of it in "
+        "copy_drill_long_steps) and of the edit-drill phase (edit_drill_steps): a short copy drill is about 80 tokens, "
+        "so 32 cost about 1 s a step on 2 cores. Read only when copy_drill_steps or edit_drill_steps > 0.",
     )
     old_tokens: int = Field(
         2,
@@ -372,10 +373,10 @@ class RunSFTConfig(SFTConfig):
     copy_drill_lr: float | None = Field(
         None,
         gt=0,
-        description="Learning rate of the copy-drill phases (copy_drill_steps, copy_drill_long_steps); None: "
-        "trainer.sft.lr, as the repository SFT after them. Drilled at 2e-3, then trained on the repository "
-        "demonstrations at 5e-4 rather than 2e-3, the model kept copying a never-trained project's path "
-        "(docs/2026-12-06-real-task-gate.md, X11). Needs copy_drill_steps > 0.",
+        description="Learning rate of the drill phases (copy_drill_steps, copy_drill_long_steps, "
+        "edit_drill_steps); None: trainer.sft.lr, as the repository SFT after them. Drilled at 2e-3, then trained "
+        "on the repository demonstrations at 5e-4 rather than 2e-3, the model kept copying a never-trained project's path "
+        "(docs/2026-12-06-real-task-gate.md, X11). Needs copy_drill_steps or edit_drill_steps > 0.",
     )
     copy_drill_min_copied: float = Field(
         0.5,
@@ -407,6 +408,17 @@ class RunSFTConfig(SFTConfig):
         "30,000 files), viewing the function the hint names and changing one of its lines, so the model copies "
         "names and OLD from code too plentiful to recall, as on a project it never trained on. 0: none. Needs "
         "tasks.kind = corpus and tasks.hint = 'function'; refused otherwise.",
+    )
+    edit_drill_steps: int = Field(
+        0,
+        ge=0,
+        description="SFT steps (of copy_drill_batch_size drills each) on edit drills alone after the copy-drill "
+        "phases and before the repository SFT (engines/env/task_sources/edit_drills.py), each statement the hint "
+        "line alone: the model copies OLD from a viewed function of code too plentiful to recall, as the copy "
+        "drills taught it to copy the hinted names. Each drill is about 350 tokens (about 2.5 s a step of 32 on 2 "
+        "cores). 300 steps raised the share of fresh drills whose first edit's OLD occurs once in the viewed "
+        "function from 5% to 16% (docs/2026-12-06-real-task-gate.md, X20). 0: none. Needs tasks.kind = corpus "
+        "and tasks.hint = 'function'; refused otherwise.",
     )
     renamed_share: float = Field(
         0.0,
@@ -595,13 +607,12 @@ class RunConfig(BaseModel):
             )
         sft = self.trainer.sft
         # Against the default, not model_fields_set: a config passed on whole (a lane's) sets every field.
-        if (
-            sft.copy_drill_batch_size != type(sft).model_fields["copy_drill_batch_size"].default
-            and not sft.copy_drill_steps
+        if sft.copy_drill_batch_size != type(sft).model_fields["copy_drill_batch_size"].default and not (
+            sft.copy_drill_steps or sft.edit_drill_steps
         ):
             raise ValueError(
-                "trainer.sft.copy_drill_batch_size sizes the copy-drill phase, and trainer.sft.copy_drill_steps = 0 "
-                "runs none: set copy_drill_steps or remove the key"
+                "trainer.sft.copy_drill_batch_size sizes the copy- and edit-drill phases, and trainer.sft."
+                "copy_drill_steps = 0 and edit_drill_steps = 0 run none: set one of them or remove the key"
             )
         if sft.old_tokens != type(sft).model_fields["old_tokens"].default and self.tasks.kind == "micro":
             raise ValueError(
@@ -620,10 +631,10 @@ class RunConfig(BaseModel):
                 "trainer.sft.copy_drill_long_steps sharpens the copying the short drills of trainer.sft.copy_drill_steps "
                 "form, and copy_drill_steps = 0 runs none: set copy_drill_steps or remove the key"
             )
-        if sft.copy_drill_lr is not None and not sft.copy_drill_steps:
+        if sft.copy_drill_lr is not None and not (sft.copy_drill_steps or sft.edit_drill_steps):
             raise ValueError(
-                "trainer.sft.copy_drill_lr is the copy-drill phases' learning rate, and trainer.sft.copy_drill_steps = 0 "
-                "runs none: set copy_drill_steps or remove the key"
+                "trainer.sft.copy_drill_lr is the copy- and edit-drill phases' learning rate, and trainer.sft."
+                "copy_drill_steps = 0 and edit_drill_steps = 0 run none: set one of them or remove the key"
             )
         if sft.copy_drill_min_copied != type(sft).model_fields["copy_drill_min_copied"].default and not (
             sft.copy_drill_steps
@@ -637,12 +648,13 @@ class RunConfig(BaseModel):
                 "trainer.sft.copy_drill_share keeps the copying the copy-drill phase forms, and "
                 "trainer.sft.copy_drill_steps = 0 runs no such phase: set copy_drill_steps or remove the key"
             )
-        if sft.edit_drill_share and (self.tasks.kind == "micro" or self.tasks.hint != "function"):
-            raise ValueError(
-                "trainer.sft.edit_drill_share drills viewing and changing the function a corpus run's hint names "
-                f"(tasks.kind = 'corpus', tasks.hint = 'function'); this run has tasks.kind = {self.tasks.kind!r}, "
-                f"tasks.hint = {self.tasks.hint!r}: remove the key or set the hint"
-            )
+        for key, value in (("edit_drill_share", sft.edit_drill_share), ("edit_drill_steps", sft.edit_drill_steps)):
+            if value and (self.tasks.kind == "micro" or self.tasks.hint != "function"):
+                raise ValueError(
+                    f"trainer.sft.{key} drills viewing and changing the function a corpus run's hint names "
+                    f"(tasks.kind = 'corpus', tasks.hint = 'function'); this run has tasks.kind = "
+                    f"{self.tasks.kind!r}, tasks.hint = {self.tasks.hint!r}: remove the key or set the hint"
+                )
         if sft.copy_drill_share + sft.edit_drill_share >= 1:
             raise ValueError(
                 f"trainer.sft.copy_drill_share ({sft.copy_drill_share}) and edit_drill_share ({sft.edit_drill_share}) "

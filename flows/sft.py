@@ -120,6 +120,8 @@ def build(config: RunConfig, train: list[Task], out: str, work: Path, store: Sto
     init = create_model(initial_dir(work), quote(texts[0]), config.model.tiny, quote(texts[1]))
     if sft.copy_drill_steps:
         init = copy_drilled(init, config)
+    if sft.edit_drill_steps:
+        init = edit_drilled(init, config)
     if config.tasks.kind == "corpus":  # real code runs long: measured with the tokenizer just trained
         demos = fit_demonstrations(init, quote(with_drills(demos, config)), config.trainer.seq_len)
     return fine_tune(init, quote(demos), out, config.trainer, store)
@@ -158,6 +160,20 @@ def copy_drilled(init: str, config: RunConfig) -> str:
     batch = max(1, batch // 2)  # each about four times as long
     long = copy_drills(sft.copy_drill_long_steps * batch, seed + 2)  # seed + 1: the drills mixed into the SFT
     return drill_phase(out, long, sft.copy_drill_long_steps, batch, "copy-drilled-long", config)
+
+
+def edit_drilled(init: str, config: RunConfig) -> str:
+    """`init` after trainer.sft.edit_drill_steps steps on edit drills whose statement is the
+    hint alone (engines/env/task_sources/edit_drills.py), beside it: it learns to copy OLD
+    from a viewed function before the repository SFT, where edit drills are a share of the
+    examples (edit_drill_share), as it learnt to copy the hinted names before it."""
+    sft, batch = config.trainer.sft, config.trainer.sft.copy_drill_batch_size
+    # seed + 7: files no other drills of the build start from
+    drills = edit_drills(
+        sft.edit_drill_steps * batch, config.tasks.seed + 7, config.env.view_lines, sft.old_tokens, "hint"
+    )
+    drills = fit_demonstrations(init, quote(drills), config.trainer.seq_len)  # a long function's page may not fit
+    return drill_phase(init, drills, sft.edit_drill_steps, batch, "edit-drilled", config)
 
 
 def check_copying(model_dir: str, config: RunConfig) -> None:

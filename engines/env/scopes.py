@@ -64,8 +64,12 @@ def resolve(lines: list[str], name: str) -> Definition | str:
 def innermost(lines: list[str], line: int) -> Definition | None:
     """The innermost function or class holding 1-based `line`, or None at module level."""
     try:
-        defs = definitions("\n".join(lines))
+        return holding(definitions("\n".join(lines)), line)
     except SyntaxError:
         return None
-    holding = [d for d in defs if d.first <= line <= d.last]
-    return max(holding, key=lambda d: d.first) if holding else None
+
+
+def holding(defs: list[Definition], line: int) -> Definition | None:
+    """The innermost of `defs` (a file's `definitions`) holding 1-based `line`, or None."""
+    around = [d for d in defs if d.first <= line <= d.last]
+    return max(around, key=lambda d: d.first) if around else None

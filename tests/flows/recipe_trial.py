@@ -63,6 +63,7 @@ CAPS: dict[str, int | float] = {
     "trainer.sft.copy_drill_steps": 2,
     "trainer.sft.copy_drill_min_copied": 0.0,  # two drill steps form no copying: the trial walks the path
     "trainer.sft.copy_drill_long_steps": 2,
+    "trainer.sft.edit_drill_steps": 2,
     "tasks.train_tasks": 8,
     "tasks.heldout_tasks": 1,
 }

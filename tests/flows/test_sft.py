@@ -14,7 +14,14 @@ from engines.env.task_sources.micro import generate_micro_tasks, named_function
 from engines.trainer.warm_start_cache import warm_start_key
 from flows.config import RunConfig
 from flows.config_loader import load_config
-from flows.sft import cache_inputs, copy_drilled, mixed_micro_tasks, neutral_tokenizer_text, with_drills
+from flows.sft import (
+    cache_inputs,
+    copy_drilled,
+    edit_drilled,
+    mixed_micro_tasks,
+    neutral_tokenizer_text,
+    with_drills,
+)
 
 TRAIN = generate_micro_tasks(6, seed=0)
 LONG = ["--trainer.sft.copy_drill_long_steps", "50"]
@@ -112,7 +119,7 @@ def test_copy_drills_need_a_corpus_run_whose_hint_names_the_function_and_change_
     batch = ["--trainer.sft.copy_drill_batch_size", "16"]
     smaller = load_config(RunConfig, None, [*corpus, "function", "--trainer.sft.copy_drill_steps", "100", *batch])
     assert warm_start_key(cache_inputs(smaller, TRAIN)) != warm_start_key(cache_inputs(drilled, TRAIN))
-    with pytest.raises(ValueError, match="copy_drill_batch_size sizes the copy-drill phase"):
+    with pytest.raises(ValueError, match="copy_drill_batch_size sizes the copy- and edit-drill phases"):
         load_config(RunConfig, None, [*corpus, "function", *batch])  # no drill phase to size
     RunConfig(**plain.model_dump(mode="json"))  # passed on whole (a lane's config) with the default: accepted
     long = load_config(RunConfig, None, [*corpus, "function", "--trainer.sft.copy_drill_steps", "100", *LONG])
@@ -122,7 +129,7 @@ def test_copy_drills_need_a_corpus_run_whose_hint_names_the_function_and_change_
     drill_lr = ["--trainer.sft.copy_drill_lr", "0.002"]
     fast = load_config(RunConfig, None, [*corpus, "function", "--trainer.sft.copy_drill_steps", "100", *drill_lr])
     assert warm_start_key(cache_inputs(fast, TRAIN)) != warm_start_key(cache_inputs(drilled, TRAIN))
-    with pytest.raises(ValueError, match="copy_drill_lr is the copy-drill phases' learning rate"):
+    with pytest.raises(ValueError, match="copy_drill_lr is the copy- and edit-drill phases. learning rate"):
         load_config(RunConfig, None, [*corpus, "function", *drill_lr])
     unchecked = ["--trainer.sft.copy_drill_min_copied", "0"]
     free = load_config(RunConfig, None, [*corpus, "function", "--trainer.sft.copy_drill_steps", "100", *unchecked])
@@ -208,6 +215,36 @@ def test_the_copy_drill_phase_trains_the_fresh_model_into_a_folder_beside_it(
     models = [load_file(p / "model.safetensors") for p in phases]
     for before, after in zip(models, models[1:]):
         assert before.keys() == after.keys() and any(not before[k].equal(after[k]) for k in before)
+
+
+def test_the_edit_drill_phase_needs_a_function_hint_changes_the_key_and_owns_the_drill_batch() -> None:
+    function_hint = [*CORPUS, "--tasks.hint", "function"]
+    steps = ["--trainer.sft.edit_drill_steps", "100"]
+    drilled = load_config(RunConfig, None, [*function_hint, *steps])
+    plain = load_config(RunConfig, None, function_hint)
+    assert warm_start_key(cache_inputs(drilled, TRAIN)) != warm_start_key(cache_inputs(plain, TRAIN))
+    for refused in ([*CORPUS, "--tasks.hint", "file"], []):  # the hint names no function; a micro run
+        with pytest.raises(ValueError, match="edit_drill_steps drills viewing and changing"):
+            load_config(RunConfig, None, [*refused, *steps])
+    # Its batch and learning rate are the drill phases': set with it alone, they are read.
+    load_config(RunConfig, None, [*function_hint, *steps, "--trainer.sft.copy_drill_batch_size", "16"])
+    load_config(RunConfig, None, [*function_hint, *steps, "--trainer.sft.copy_drill_lr", "0.002"])
+
+
+def test_the_edit_drill_phase_trains_on_hint_only_edit_drills_into_a_folder_beside_it(
+    tmp_path: Path, tiny_model_dir: Path, prefect_server: dict[str, str]
+) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    init = tmp_path / "init-model"
+    shutil.copytree(tiny_model_dir, init)
+    phase = ["--trainer.sft.edit_drill_steps", "1", "--trainer.sft.copy_drill_batch_size", "2"]
+    config = load_config(RunConfig, None, [*CORPUS, "--tasks.hint", "function", *phase])
+    with temporary_settings(updates={PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
+        out = edit_drilled(str(init), config)
+    assert Path(out) == tmp_path / "edit-drilled"
+    before, after = load_file(init / "model.safetensors"), load_file(Path(out) / "model.safetensors")
+    assert before.keys() == after.keys() and any(not before[k].equal(after[k]) for k in before)
 
 
 def test_a_micro_runs_key_ignores_the_code_only_corpus_runs_read() -> None:

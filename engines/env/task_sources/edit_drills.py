@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Literal
 
-from engines.env.scopes import innermost
+from engines.env.scopes import definitions, holding
 from engines.env.task_sources.copy_drills import drill_statement, installed_files, installed_pool
 from engines.env.task_sources.mutations import mutations
 from engines.env.task_sources.repo_demos import change_action, changed_line
@@ -32,25 +33,35 @@ _MAX_BYTES = 60_000
 
 
 def edit_drill(
-    path: str, text: str, rng: random.Random, view_lines: int = 60, old_tokens: int = 2
+    path: str,
+    text: str,
+    rng: random.Random,
+    view_lines: int = 60,
+    old_tokens: int = 2,
+    statement: Literal["full", "hint"] = "full",
 ) -> list[dict[str, str]] | None:
-    """A drill on `text` (the file `path`): the statement, `view` of the function holding a
-    random mutation's line, the view, and the `change` of that line (OLD at least
-    `old_tokens` whole tokens); None when the file has no mutation on the function's first page."""
+    """A drill on `text` (the file `path`): the statement (shaped like the builder's, or
+    its hint line alone), `view` of the function holding a random mutation's line, the
+    view, and the `change` of that line (OLD at least `old_tokens` whole tokens); None
+    when the file has no mutation on the function's first page."""
     lines = text.rstrip("\n").split("\n")
     found = mutations(text)
+    if not found:
+        return None
+    defs = definitions("\n".join(lines))  # parses: `mutations` found some
     rng.shuffle(found)
     for mutation in found[:8]:
         changed = changed_line(lines, mutation.apply(text).rstrip("\n").split("\n"))
-        scope = innermost(lines, mutation.line)
+        scope = holding(defs, mutation.line)
         if changed is None or scope is None or changed[0] >= scope.first + view_lines:
             continue
         function = scope.qualname
         package, module = path.split("/")[0].removesuffix(".py"), Path(path).stem
         hint = hint_sentence(path, function)
-        statement = drill_statement(installed_pool(), rng, package, module, function.split(".")[-1], hint)
+        if statement == "full":
+            hint = drill_statement(installed_pool(), rng, package, module, function.split(".")[-1], hint)
         return [
-            {"role": "user", "content": statement},
+            {"role": "user", "content": hint},
             {"role": "assistant", "content": render_action(Action("view", path=path, scope=function))},
             {"role": "tool", "content": function_view(path, lines, function, view_lines)},
             {"role": "assistant", "content": render_action(change_action(path, lines, scope, *changed, old_tokens))},
@@ -58,16 +69,23 @@ def edit_drill(
     return None
 
 
-def edit_drills(count: int, seed: int, view_lines: int = 60, old_tokens: int = 2) -> list[list[dict[str, str]]]:
+def edit_drills(
+    count: int,
+    seed: int,
+    view_lines: int = 60,
+    old_tokens: int = 2,
+    statement: Literal["full", "hint"] = "full",
+) -> list[list[dict[str, str]]]:
     """`count` drills on installed files drawn by `seed`, one per file while files last,
-    each OLD at least `old_tokens` whole tokens."""
+    each OLD at least `old_tokens` whole tokens, each statement `statement` (edit_drill)."""
     files = [(rel, where) for rel, where in installed_files() if where.stat().st_size <= _MAX_BYTES]
     rng = random.Random(seed)
     drills: list[list[dict[str, str]]] = []
     while len(drills) < count and files:
         rng.shuffle(files)
         for rel, where in files:
-            drill = edit_drill(rel, where.read_text(encoding="utf-8", errors="ignore"), rng, view_lines, old_tokens)
+            text = where.read_text(encoding="utf-8", errors="ignore")
+            drill = edit_drill(rel, text, rng, view_lines, old_tokens, statement)
             if drill is not None:
                 drills.append(drill)
             if len(drills) == count:

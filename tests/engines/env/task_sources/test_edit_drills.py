@@ -32,11 +32,14 @@ def scaled(values, k):
 '''
 
 
-def check(drill: list[dict[str, str]], path: str, text: str) -> None:
+def check(drill: list[dict[str, str]], path: str, text: str, hint_only: bool = False) -> None:
     """The drill's turns hold together on the file `path` whose text is `text`."""
     assert [m["role"] for m in drill] == ["user", "assistant", "tool", "assistant"]
     statement, view, shown, change = (m["content"] for m in drill)
-    assert statement.startswith("Some tests of ") and "\nFailing tests:\nFAILED tests/" in statement
+    if hint_only:
+        assert statement.startswith("The bug is in ") and "\n" not in statement
+    else:
+        assert statement.startswith("Some tests of ") and "\nFailing tests:\nFAILED tests/" in statement
     scope, hinted = statement.splitlines()[-1].removeprefix("The bug is in ").removesuffix(".").split(" of ")
     assert hinted == path
     action = parse_action(view)
@@ -61,6 +64,22 @@ def test_a_drill_views_the_hinted_function_and_changes_one_of_its_lines() -> Non
         seen.add(drill[1]["content"])
     assert seen == {"view shapes/window.py Window.fits", "view shapes/window.py scaled"}
     assert edit_drill("empty.py", "X = 1\n", random.Random(0)) is None  # no function to change
+
+
+def test_a_hint_drill_states_the_hint_line_alone_and_holds_together() -> None:
+    for seed in range(30):
+        check(
+            edit_drill("shapes/window.py", SOURCE, random.Random(seed), statement="hint"),
+            "shapes/window.py",
+            SOURCE,
+            True,
+        )
+    hinted = edit_drills(20, seed=3, statement="hint")
+    assert len(hinted) == 20 and all("\n" not in d[0]["content"] for d in hinted)
+    assert all(
+        d[0]["content"] == f"The bug is in {d[1]['content'].split()[2]} of {d[1]['content'].split()[1]}."
+        for d in hinted
+    )
 
 
 def test_the_installed_code_gives_each_drill_its_own_file() -> None:
