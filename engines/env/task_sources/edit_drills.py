@@ -57,11 +57,11 @@ def edit_drill(
             continue
         function = scope.qualname
         package, module = path.split("/")[0].removesuffix(".py"), Path(path).stem
-        hint = hint_sentence(path, function)
+        stated = hint_sentence(path, function)
         if statement == "full":
-            hint = drill_statement(installed_pool(), rng, package, module, function.split(".")[-1], hint)
+            stated = drill_statement(installed_pool(), rng, package, module, function.split(".")[-1], stated)
         return [
-            {"role": "user", "content": hint},
+            {"role": "user", "content": stated},
             {"role": "assistant", "content": render_action(Action("view", path=path, scope=function))},
             {"role": "tool", "content": function_view(path, lines, function, view_lines)},
             {"role": "assistant", "content": render_action(change_action(path, lines, scope, *changed, old_tokens))},
