@@ -656,6 +656,12 @@ class RunConfig(BaseModel):
                     f"(tasks.kind = 'corpus', tasks.hint = 'function'); this run has tasks.kind = "
                     f"{self.tasks.kind!r}, tasks.hint = {self.tasks.hint!r}: remove the key or set the hint"
                 )
+        if sft.freeze_embeddings and not self.model.path and not (sft.copy_drill_steps or sft.edit_drill_steps):
+            raise ValueError(
+                "trainer.sft.freeze_embeddings keeps the token embeddings as they are, and this run's tiny model is "
+                "created with random ones that no drill phase trains first (trainer.sft.copy_drill_steps = 0 and "
+                "edit_drill_steps = 0): set a drill phase or model.path, or remove the key"
+            )
         if sft.copy_drill_share + sft.edit_drill_share >= 1:
             raise ValueError(
                 f"trainer.sft.copy_drill_share ({sft.copy_drill_share}) and edit_drill_share ({sft.edit_drill_share}) "

@@ -200,7 +200,14 @@ def check_copying(model_dir: str, config: RunConfig) -> None:
 def drill_phase(init: str, drills: list[list[dict]], steps: int, batch: int, name: str, config: RunConfig) -> str:
     """`init` after `steps` SFT steps of `batch` of `drills`, in the folder `name` beside it."""
     sft = config.trainer.sft
-    update = {"max_steps": steps, "batch_size": batch, "max_seconds": None, "lr": sft.copy_drill_lr or sft.lr}
+    # The drills teach the installed code's tokens: their embeddings train (freeze_embeddings is the repository SFT's).
+    update = {
+        "max_steps": steps,
+        "batch_size": batch,
+        "max_seconds": None,
+        "lr": sft.copy_drill_lr or sft.lr,
+        "freeze_embeddings": False,
+    }
     phase = sft.model_copy(update=update)
     out = str(Path(init).parent / name)
     return fine_tune(init, quote(drills), out, config.trainer.model_copy(update={"sft": phase}), None)

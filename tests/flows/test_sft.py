@@ -231,6 +231,15 @@ def test_the_edit_drill_phase_needs_a_function_hint_changes_the_key_and_owns_the
     load_config(RunConfig, None, [*function_hint, *steps, "--trainer.sft.copy_drill_lr", "0.002"])
 
 
+def test_frozen_embeddings_need_trained_ones_first_and_change_the_key() -> None:
+    drilled = [*CORPUS, "--tasks.hint", "function", "--trainer.sft.edit_drill_steps", "100"]
+    frozen = ["--trainer.sft.freeze_embeddings", "true"]
+    assert key(*drilled, *frozen) != key(*drilled)
+    for refused in (CORPUS, []):  # a fresh tiny model no drill phase trains first: its embeddings are random
+        with pytest.raises(ValueError, match="freeze_embeddings keeps the token embeddings as they are"):
+            load_config(RunConfig, None, [*refused, *frozen])
+
+
 def test_the_edit_drill_phase_trains_on_hint_only_edit_drills_into_a_folder_beside_it(
     tmp_path: Path, tiny_model_dir: Path, prefect_server: dict[str, str]
 ) -> None:
@@ -239,12 +248,14 @@ def test_the_edit_drill_phase_trains_on_hint_only_edit_drills_into_a_folder_besi
     init = tmp_path / "init-model"
     shutil.copytree(tiny_model_dir, init)
     phase = ["--trainer.sft.edit_drill_steps", "1", "--trainer.sft.copy_drill_batch_size", "2"]
+    phase += ["--trainer.sft.freeze_embeddings", "true"]  # the repository SFT's: the drills train them
     config = load_config(RunConfig, None, [*CORPUS, "--tasks.hint", "function", *phase])
     with temporary_settings(updates={PREFECT_API_URL: prefect_server["PREFECT_API_URL"]}):
         out = edit_drilled(str(init), config)
     assert Path(out) == tmp_path / "edit-drilled"
     before, after = load_file(init / "model.safetensors"), load_file(Path(out) / "model.safetensors")
     assert before.keys() == after.keys() and any(not before[k].equal(after[k]) for k in before)
+    assert not before["model.embed_tokens.weight"].equal(after["model.embed_tokens.weight"])
 
 
 def test_a_micro_runs_key_ignores_the_code_only_corpus_runs_read() -> None:

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from engines.model.load import load_moe_causal_lm, load_tokenizer
 from engines.protocol import render_messages
@@ -212,3 +213,20 @@ def test_sft_on_two_ranks_trains_like_one_process(one_process_sft, tiny_model_di
     with torch.no_grad():
         got, want = (load_moe_causal_lm(d).eval()(input_ids=probe).logits for d in (tmp_path / "two", one_dir))
     torch.testing.assert_close(got, want, rtol=0, atol=1e-4)  # measured: under 1e-6 (another summation order)
+
+
+@pytest.mark.parametrize(
+    "ranks",
+    [{}, pytest.param({"processes": 2, "parallelism": "fsdp2"}, marks=pytest.mark.slow)],
+    ids=["one-process", "fsdp2"],
+)
+def test_frozen_embeddings_are_exported_as_they_were_while_the_rest_trains(tiny_model_dir, tmp_path, ranks):
+    """sft.freeze_embeddings: the token embeddings (tied to the output layer) keep their
+    values, in one process and sharded over two ranks; every other weight may train."""
+    eps = [conversation_episode(load_tokenizer(tiny_model_dir), c) for c in _demos(16)]
+    frozen = TWO_RANK_STEPS.model_copy(update={"freeze_embeddings": True})
+    fine_tune(str(tiny_model_dir), eps, str(tmp_path / "out"), TrainerConfig(seq_len=128, sft=frozen, **ranks))
+    before, after = (load_file(d / "model.safetensors") for d in (tiny_model_dir, tmp_path / "out"))
+    embedding = "model.embed_tokens.weight"
+    assert torch.equal(before[embedding], after[embedding])
+    assert any(not torch.equal(before[k], after[k]) for k in before if k != embedding)
