@@ -35,7 +35,8 @@ class SFTConfig(BaseModel):
     log_every: int = Field(10, ge=1, description="Print a progress line every this many steps.")
     freeze_embeddings: bool = Field(
         False,
-        description="Keep the token embeddings (and an output layer tied to them) as they are; SFT trains the rest. "
+        description="Keep the token embeddings and the output layer (one matrix when tied, as in the tiny model) as "
+        "they are; SFT trains the rest. "
         "Each step pushes down the logit of every token its targets do not hold, through that token's output "
         "vector: a token the demonstrations never ask for (a never-trained project's ` S` `chema` of `Schema`) "
         "ends too unlikely to copy. On a project never trained on, the tiny model's first view named the hinted "

@@ -222,7 +222,9 @@ def train_rank(
     tokenizer = load_tokenizer(model_dir)
     model = load_model(model_dir, cfg)
     if cfg.sft.freeze_embeddings:  # before wrapping: DDP and FSDP2 leave a frozen parameter out of their reductions
-        model.get_input_embeddings().weight.requires_grad_(False)
+        for layer in (model.get_input_embeddings(), model.get_output_embeddings()):
+            if layer is not None:  # one Parameter when tied, as the tiny model's
+                layer.weight.requires_grad_(False)
     architecture = type(model).__name__  # before FSDP2 renames the class (export writes it)
     decay = cfg.sft.max_steps if cfg.sft.schedule == "cosine" else None
     trainee = make_trainee(model, sft_settings(cfg), accelerator, local_model_dir(model_dir), decay)
