@@ -86,13 +86,7 @@ def fresh_demonstrations(config: RunConfig, kind: DemonstrationKind) -> list[lis
         train = [t for t in load_corpus(str(work_dir(config) / "corpus")) if t.split == "train"]
         sft = config.trainer.sft
         demos = repository_demonstrations(
-            train,
-            config.env.edit_attempts,
-            seed,
-            config.env,
-            sft.demonstrations_per_task,
-            sft.old_tokens,
-            sft.change_by,
+            train, config.env.edit_attempts, seed, config.env, sft.demonstrations_per_task, sft.old_tokens
         )
         return renamed_share(demos, sft.renamed_share, seed)
     fresh = generate_micro_tasks(_FRESH_TASKS, seed=seed)

@@ -20,7 +20,6 @@ from engines.env.config import EnvConfig
 from engines.env.task_sources.builder import BuildConfig
 from engines.env.task_sources.edit_forms import EditTool
 from engines.env.task_sources.micro_demos import DemonstrationKind
-from engines.env.task_sources.repo_demos import ChangeBy
 from engines.env.task_sources.selection import Hint
 from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingConfig
 from engines.model.hub import is_hub_id, template_folder
@@ -353,14 +352,6 @@ class RunSFTConfig(SFTConfig):
         "which only copying gets right, but at 6 the tiny model copied fewer (OLD in the function 3.3% against 13.3%, "
         "X19). Refused for micro runs (their demonstrations keep trainer.sft.edit_tool's form).",
     )
-    change_by: ChangeBy = Field(
-        "function",
-        description="Where the OLD of a corpus run's repository demonstrations and edit drills occurs once: in the "
-        "function (`change PATH NAME`, as the statement's hint names it) or in the changed line alone (`change PATH "
-        "LINE`, the number the view prints beside it): the name is not copied a second time, and a short OLD "
-        "that repeats in the function is still one line's. Refused for micro runs (trainer.sft.edit_tool sets "
-        "their form).",
-    )
     copy_drill_hint_steps: int = Field(
         0,
         ge=0,
@@ -627,12 +618,6 @@ class RunConfig(BaseModel):
         if sft.old_tokens != type(sft).model_fields["old_tokens"].default and self.tasks.kind == "micro":
             raise ValueError(
                 "trainer.sft.old_tokens sizes OLD in a corpus run's repository demonstrations and edit drills, and a "
-                "micro run has neither (trainer.sft.edit_tool sets its demonstrations' form): remove the key or set "
-                "tasks.kind = 'corpus'"
-            )
-        if sft.change_by != type(sft).model_fields["change_by"].default and self.tasks.kind == "micro":
-            raise ValueError(
-                "trainer.sft.change_by sets the form of a corpus run's repository demonstrations and edit drills, and a "
                 "micro run has neither (trainer.sft.edit_tool sets its demonstrations' form): remove the key or set "
                 "tasks.kind = 'corpus'"
             )

@@ -108,7 +108,6 @@ def build(config: RunConfig, train: list[Task], out: str, work: Path, store: Sto
             config.env,
             sft.demonstrations_per_task,
             sft.old_tokens,
-            sft.change_by,
         )
         if config.model.tiny.tokenizer_text == "demonstrations":
             code = source_texts(train)  # read before renaming: the tokenizer learns the real code
@@ -170,8 +169,9 @@ def edit_drilled(init: str, config: RunConfig) -> str:
     examples (edit_drill_share), as it learnt to copy the hinted names before it."""
     sft, batch = config.trainer.sft, config.trainer.sft.copy_drill_batch_size
     # seed + 7: files no other drills of the build start from
-    count = sft.edit_drill_steps * batch
-    drills = edit_drills(count, config.tasks.seed + 7, config.env.view_lines, sft.old_tokens, "hint", sft.change_by)
+    drills = edit_drills(
+        sft.edit_drill_steps * batch, config.tasks.seed + 7, config.env.view_lines, sft.old_tokens, "hint"
+    )
     drills = fit_demonstrations(init, quote(drills), config.trainer.seq_len)  # a long function's page may not fit
     return drill_phase(init, drills, sft.edit_drill_steps, batch, "edit-drilled", config)
 
@@ -223,7 +223,7 @@ def with_drills(demos: list[list[dict]], config: RunConfig) -> list[list[dict]]:
     return [
         *demos,
         *(copy_drills(copies, seed + 1) if copies else []),
-        *(edit_drills(edits, seed, config.env.view_lines, sft.old_tokens, by=sft.change_by) if edits else []),
+        *(edit_drills(edits, seed, config.env.view_lines, sft.old_tokens) if edits else []),
     ]
 
 

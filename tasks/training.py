@@ -16,7 +16,7 @@ from engines.env.config import EnvConfig
 from engines.env.grader import GradingPool
 from engines.env.task_sources.edit_forms import EditTool
 from engines.env.task_sources.micro_demos import DemonstrationKind, oracle_messages, warm_start_demonstrations
-from engines.env.task_sources.repo_demos import ChangeBy, PatchTester, pool_tester, repo_demonstrations
+from engines.env.task_sources.repo_demos import PatchTester, pool_tester, repo_demonstrations
 from engines.env.types import Task
 from engines.model import hub
 from engines.model.chat_format import ChatFormat
@@ -52,19 +52,13 @@ def demonstrations(
 
 @task(name="repository-demonstrations", cache_policy=NO_CACHE)
 def repository_demonstrations(
-    tasks: list[Task],
-    attempts: int,
-    seed: int,
-    env: EnvConfig,
-    per_task: int = 1,
-    old_tokens: int = 2,
-    change_by: ChangeBy = "function",
+    tasks: list[Task], attempts: int, seed: int, env: EnvConfig, per_task: int = 1, old_tokens: int = 2
 ) -> list[list[dict]]:
     """Episodes of the candidate demonstrator on tasks from real repositories, each tried
     candidate's verdict from the task's own tests in the grading pool (engines/env/task_sources/repo_demos.py)."""
     with GradingPool(env) as pool:
         tester = _with_progress(pool_tester(pool))
-        demos = repo_demonstrations(tasks, attempts, seed, tester, env.view_lines, per_task, old_tokens, change_by)
+        demos = repo_demonstrations(tasks, attempts, seed, tester, env.view_lines, per_task, old_tokens)
     if not demos:
         raise ValueError(
             f"none of the {len(tasks)} training tasks has a fix among the candidate demonstrator's edits (a removed "

@@ -276,17 +276,3 @@ def test_old_tokens_sizes_a_corpus_runs_edits_changes_its_key_and_is_refused_for
     assert olds and all(a.strip() in b for a, b in olds) and any(len(b) > len(a) for a, b in olds)
     with pytest.raises(ValueError, match="trainer.sft.old_tokens sizes OLD in a corpus run's"):
         load_config(RunConfig, None, wide)
-
-
-def test_change_by_line_numbers_a_corpus_runs_edits_changes_its_key_and_is_refused_for_micro_runs() -> None:
-    by_line = ["--trainer.sft.change_by", "line"]
-    assert key(*CORPUS, *by_line) != key(*CORPUS)
-    drilled = [*CORPUS, "--tasks.hint", "function", "--trainer.sft.copy_drill_steps", "100"]
-    shares = ["--trainer.sft.edit_drill_share", "0.25"]
-    demos = [[{"role": "user", "content": "demo"}, {"role": "assistant", "content": "submit"}]] * 3
-    named, numbered = (with_drills(demos, load_config(RunConfig, None, [*drilled, *shares, *b])) for b in ([], by_line))
-    heads = [(a[3]["content"].split("\n")[0], b[3]["content"].split("\n")[0]) for a, b in zip(named[3:], numbered[3:])]
-    assert heads and all(b.split()[-1].isdigit() for _, b in heads)
-    assert any(not a.split()[-1].isdigit() for a, _ in heads)
-    with pytest.raises(ValueError, match="trainer.sft.change_by sets the form of a corpus run's"):
-        load_config(RunConfig, None, by_line)

@@ -23,7 +23,7 @@ from typing import Literal
 from engines.env.scopes import definitions, holding
 from engines.env.task_sources.copy_drills import drill_statement, installed_files, installed_pool
 from engines.env.task_sources.mutations import mutations
-from engines.env.task_sources.repo_demos import ChangeBy, change_action, changed_line
+from engines.env.task_sources.repo_demos import change_action, changed_line
 from engines.env.task_sources.selection import hint_sentence
 from engines.env.views import function_view
 from engines.protocol import Action, render_action
@@ -39,7 +39,6 @@ def edit_drill(
     view_lines: int = 60,
     old_tokens: int = 2,
     statement: Literal["full", "hint"] = "full",
-    by: ChangeBy = "function",
 ) -> list[dict[str, str]] | None:
     """A drill on `text` (the file `path`): the statement (shaped like the builder's, or
     its hint line alone), `view` of the function holding a random mutation's line, the
@@ -61,12 +60,11 @@ def edit_drill(
         stated = hint_sentence(path, function)
         if statement == "full":
             stated = drill_statement(installed_pool(), rng, package, module, function.split(".")[-1], stated)
-        change = change_action(path, lines, scope, *changed, old_tokens, by)
         return [
             {"role": "user", "content": stated},
             {"role": "assistant", "content": render_action(Action("view", path=path, scope=function))},
             {"role": "tool", "content": function_view(path, lines, function, view_lines)},
-            {"role": "assistant", "content": render_action(change)},
+            {"role": "assistant", "content": render_action(change_action(path, lines, scope, *changed, old_tokens))},
         ]
     return None
 
@@ -77,11 +75,9 @@ def edit_drills(
     view_lines: int = 60,
     old_tokens: int = 2,
     statement: Literal["full", "hint"] = "full",
-    by: ChangeBy = "function",
 ) -> list[list[dict[str, str]]]:
     """`count` drills on installed files drawn by `seed`, one per file while files last,
-    each OLD at least `old_tokens` whole tokens once in the function or line (`by`), each
-    statement `statement` (edit_drill)."""
+    each OLD at least `old_tokens` whole tokens, each statement `statement` (edit_drill)."""
     files = [(rel, where) for rel, where in installed_files() if where.stat().st_size <= _MAX_BYTES]
     rng = random.Random(seed)
     drills: list[list[dict[str, str]]] = []
@@ -89,7 +85,7 @@ def edit_drills(
         rng.shuffle(files)
         for rel, where in files:
             text = where.read_text(encoding="utf-8", errors="ignore")
-            drill = edit_drill(rel, text, rng, view_lines, old_tokens, statement, by)
+            drill = edit_drill(rel, text, rng, view_lines, old_tokens, statement)
             if drill is not None:
                 drills.append(drill)
             if len(drills) == count:

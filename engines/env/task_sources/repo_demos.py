@@ -28,7 +28,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from engines.env.edit_spans import short_span, with_leading_space
 from engines.env.feedback import all_passed, attempt_observation, undo_observation
@@ -43,10 +42,6 @@ from engines.protocol import Action, render_action
 # Runs the visible tests of each (task, patch): test id -> status, as the session's `test`
 # shows them; None where the harness failed (that demonstration is left out).
 PatchTester = Callable[[Sequence[tuple[Task, str]]], list[dict[str, str] | None]]
-
-# Where OLD must occur once: in the function (`change PATH NAME`) or in the changed line
-# alone (`change PATH LINE`, the number the view shows beside it).
-ChangeBy = Literal["function", "line"]
 
 
 def pool_tester(pool: GradingPool) -> PatchTester:
@@ -85,10 +80,9 @@ class Plan:
     fix: Candidate
 
 
-def plan(task: Task, old_tokens: int = 2, by: ChangeBy = "function") -> Plan | None:
+def plan(task: Task, old_tokens: int = 2) -> Plan | None:
     """The buggy function and its plausible fixes, or None when the task's fix is none of
-    them; each candidate's OLD at least `old_tokens` whole tokens, once in the function or
-    the line (`by`, `change_action`)."""
+    them; each candidate's OLD at least `old_tokens` whole tokens (`change_action`)."""
     meta = task.meta()
     path = meta.get("file")
     files = base_files(task)
@@ -103,7 +97,7 @@ def plan(task: Task, old_tokens: int = 2, by: ChangeBy = "function") -> Plan | N
     found = resolve(lines, meta["function"]) if meta.get("function") else innermost(lines, changed[0])
     if found is None or isinstance(found, str) or not found.first <= changed[0] <= found.last:
         return None
-    candidates = _candidates(path, buggy, lines, found, old_tokens, by)
+    candidates = _candidates(path, buggy, lines, found, old_tokens)
     fix = next((c for c in candidates if (c.line, c.text) == changed), None)
     return None if fix is None else Plan(path, lines, found, candidates, fix)
 
@@ -140,17 +134,15 @@ def repo_demonstrations(
     view_lines: int = 60,
     per_task: int = 1,
     old_tokens: int = 2,
-    by: ChangeBy = "function",
 ) -> list[list[dict]]:
     """`per_task` demonstrations of each task that has a plan (`plan`, its OLD at least
-    `old_tokens` whole tokens, once in the function or the line: `by`), each with its own
-    candidate order drawn by `seed` (a small corpus gives more than one order of the same
-    candidates); the candidates tried are all tested in one call of `tester`, each
-    distinct (task, candidate) once."""
+    `old_tokens` whole tokens), each with its own candidate order drawn by `seed` (a small
+    corpus gives more than one order of the same candidates); the candidates tried are all
+    tested in one call of `tester`, each distinct (task, candidate) once."""
     rng = random.Random(seed)
     work = []
     for task in tasks:
-        p = plan(task, old_tokens, by)
+        p = plan(task, old_tokens)
         for _ in range(per_task if p is not None else 0):
             order = list(p.candidates)
             rng.shuffle(order)
@@ -212,9 +204,7 @@ def _mirrored(buggy: str, found: list[Mutation]) -> list[Mutation]:
     return out
 
 
-def _candidates(
-    path: str, buggy: str, lines: list[str], scope: Definition, old_tokens: int, by: ChangeBy
-) -> list[Candidate]:
+def _candidates(path: str, buggy: str, lines: list[str], scope: Definition, old_tokens: int) -> list[Candidate]:
     """Distinct one-line rewrites of the function by the builder's mutation kinds."""
     found = [m for m in mutations(buggy) if scope.first <= m.line <= scope.last]
     seen: dict[tuple[int, str], Candidate] = {}
@@ -223,29 +213,22 @@ def _candidates(
         if changed is None or changed in seen:
             continue
         line, text = changed
-        action = change_action(path, lines, scope, line, text, old_tokens, by)
+        action = change_action(path, lines, scope, line, text, old_tokens)
         edited = [*lines[: line - 1], text, *lines[line:]]
         patch = unified_diff({path: buggy.encode()}, {path: ("\n".join(edited) + "\n").encode()})
         seen[changed] = Candidate(line, text, patch, action)
     return list(seen.values())
 
 
-def change_action(
-    path: str, lines: list[str], scope: Definition, line: int, text: str, old_tokens: int = 2, by: ChangeBy = "function"
-) -> Action:
+def change_action(path: str, lines: list[str], scope: Definition, line: int, text: str, old_tokens: int = 2) -> Action:
     """`change PATH NAME` with OLD at least `old_tokens` whole tokens (or the whole line) and
     spaced (2: the micro default form), or `change PATH LINE` when no span of the line
     occurs once in the function. A short OLD is a mutation's own shape (`not (`, `+= 1`),
     which a model can write from memory rather than copy from the view; a longer one
-    holds the line's names (trainer.sft.old_tokens). `by` = "line": always `change PATH
-    LINE`, OLD as short and spaced but once in that line alone (trainer.sft.change_by)."""
-    if by == "function":
-        span = short_span(lines[line - 1], text, lines[scope.first - 1 : scope.last], min_width=old_tokens)
-        if span is not None:
-            old, new = with_leading_space(lines[line - 1], *span)
-            return Action("change", path=path, scope=scope.qualname, old=old, new=new)
-        old, new = short_span(lines[line - 1], text, [lines[line - 1]]) or (lines[line - 1], text)
-        return Action("change", path=path, line=line, old=old, new=new)
-    span = short_span(lines[line - 1], text, [lines[line - 1]], min_width=old_tokens)
-    old, new = with_leading_space(lines[line - 1], *span) if span else (lines[line - 1], text)
+    holds the line's names (trainer.sft.old_tokens)."""
+    span = short_span(lines[line - 1], text, lines[scope.first - 1 : scope.last], min_width=old_tokens)
+    if span is not None:
+        old, new = with_leading_space(lines[line - 1], *span)
+        return Action("change", path=path, scope=scope.qualname, old=old, new=new)
+    old, new = short_span(lines[line - 1], text, [lines[line - 1]]) or (lines[line - 1], text)
     return Action("change", path=path, line=line, old=old, new=new)

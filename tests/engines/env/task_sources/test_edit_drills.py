@@ -102,17 +102,3 @@ def test_old_tokens_makes_each_drills_old_a_wider_piece_of_the_same_line() -> No
         inside = [t for t in line_tokens(line) if at <= t[1] and t[2] <= at + len(b.old)]
         assert a.old.strip() in b.old and len(inside) >= min(5, len(line_tokens(line)))
         assert apply_edit("w.py", SOURCE.splitlines(), a).lines == apply_edit("w.py", SOURCE.splitlines(), b).lines
-
-
-def test_change_by_line_names_the_line_and_makes_the_same_edit() -> None:
-    lines = SOURCE.splitlines()
-    for seed in range(30):
-        named = edit_drill("shapes/window.py", SOURCE, random.Random(seed))
-        numbered = edit_drill("shapes/window.py", SOURCE, random.Random(seed), by="line")
-        check(numbered, "shapes/window.py", SOURCE)
-        assert numbered[:3] == named[:3]  # the statement and the view are the same
-        a, b = parse_action(named[3]["content"]), parse_action(numbered[3]["content"])
-        assert a.scope and not b.scope and b.line == apply_edit("w.py", lines, b).first
-        assert lines[b.line - 1].count(b.old) == 1
-        assert len(line_tokens(b.old)) >= min(2, len(line_tokens(lines[b.line - 1])))
-        assert apply_edit("w.py", lines, a).lines == apply_edit("w.py", lines, b).lines

@@ -56,15 +56,6 @@ def test_old_tokens_widens_each_candidates_old_to_hold_the_lines_names(project: 
         assert widened.patch == narrow.patch  # the same rewrite, written with more of its line
 
 
-def test_change_by_line_writes_each_candidate_by_its_line_number(project: Path) -> None:
-    task = one_bug_task(project)
-    named, numbered = plan(task), plan(task, by="line")
-    assert not numbered.fix.action.scope and numbered.fix.action.line == numbered.fix.line
-    for a, b in zip(named.candidates, numbered.candidates):
-        assert b.action.line == b.line and numbered.lines[b.line - 1].count(b.action.old) == 1
-        assert b.patch == a.patch  # the same rewrite, named by its line
-
-
 def test_a_demonstration_shows_what_a_session_shows(project: Path, env_config: EnvConfig, tmp_path: Path) -> None:
     """Replayed in a session with the same tester, every assistant turn of a demonstration gets
     the observation the demonstration holds; the last edit ends it when it is the fix."""
