@@ -156,7 +156,8 @@ class RLConfig(BaseModel):
     )
     seed: int = Field(
         0,
-        description="Seed of the tasks each step samples (step s draws from (seed, s)); generation is seeded by inference.sampling.seed.",
+        description="Seed of the order the steps walk the training tasks in (step s's tasks depend on (seed, s) "
+        "only; every task once before any twice); generation is seeded by inference.sampling.seed.",
     )
 
     @model_validator(mode="after")

@@ -92,9 +92,16 @@ class GradeCache:
 
 
 def sample_step_tasks(tasks: Sequence[Task], step: int, count: int, seed: int) -> list[Task]:
-    """The tasks of step `step`: a function of (seed, step) only."""
-    rng = random.Random(f"{seed}/{step}")
-    return rng.sample(list(tasks), count) if count <= len(tasks) else rng.choices(list(tasks), k=count)
+    """The tasks of step `step`: a function of (seed, step) only. Steps walk a seeded
+    order of the pool, a new order each pass, so every task comes up once before any
+    comes up twice: drawn afresh each step, 120 draws from 190 tasks met 87 of them and
+    one task 8 times. The few left over at the end of a pass wait for the next one."""
+    pool = list(tasks)
+    if count > len(pool):
+        return random.Random(f"{seed}/{step}").choices(pool, k=count)
+    passes, slot = divmod(step, len(pool) // count)
+    order = random.Random(f"{seed}/pass/{passes}").sample(pool, len(pool))
+    return order[slot * count : (slot + 1) * count]
 
 
 def pool_tester(pool: GradingPool, cache: GradeCache) -> Tester:
