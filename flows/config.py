@@ -24,6 +24,7 @@ from engines.env.task_sources.selection import Hint
 from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingConfig
 from engines.model.hub import is_hub_id, template_folder
 from engines.model.tiny import TinyModelConfig
+from engines.rollout.curriculum import Curriculum
 from engines.tool_calls import chat_templates, template_supports_tools, template_tool_format
 from engines.trainer.config import SFTConfig, TrainerConfig
 from flows.lanes_config import LanesConfig
@@ -158,6 +159,12 @@ class RLConfig(BaseModel):
         0,
         description="Seed of the order the steps walk the training tasks in (step s's tasks depend on (seed, s) "
         "only; every task once before any twice); generation is seeded by inference.sampling.seed.",
+    )
+    curriculum: Curriculum = Field(
+        "walk",
+        description="Which training tasks the steps walk (engines/rollout/curriculum.py): 'walk' all of them, pass "
+        "after pass; 'mixed' after the first pass only those whose latest group had mixed outcomes (a group that "
+        "failed or passed whole trains nothing), all again when fewer remain than a step takes.",
     )
 
     @model_validator(mode="after")

@@ -60,6 +60,7 @@ def rollout_settings(config: RunConfig) -> RolloutSettings:
         group_size=rl.group_size,
         seed=rl.seed,
         async_level=rl.async_level,
+        curriculum=rl.curriculum,
     )
 
 

@@ -1,8 +1,8 @@
 """Generate, grade and record the episodes of one training step.
 
 Invariants (tested in tests/engines/rollout/):
-- The tasks of step s depend only on (seed, s): a step redone after a crash asks
-  the same questions, and its shard replaces the earlier attempt's.
+- A step redone after a crash asks the same questions (engines/rollout/curriculum.py),
+  and its shard replaces the earlier attempt's.
 - Every episode requested is written, infrastructure failures included (flagged,
   left out of group statistics), so nothing is silently dropped.
 - The shard is written only after the staleness bound is checked.
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import random
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -89,19 +88,6 @@ class GradeCache:
         if fast and (hit := self.results.get(self.key(task, patch, "plain"))) is not None:
             return hit
         return self.results.get(self.key(task, patch))
-
-
-def sample_step_tasks(tasks: Sequence[Task], step: int, count: int, seed: int) -> list[Task]:
-    """The tasks of step `step`: a function of (seed, step) only. Steps walk a seeded
-    order of the pool, a new order each pass, so every task comes up once before any
-    comes up twice: drawn afresh each step, 120 draws from 190 tasks met 87 of them and
-    one task 8 times. The few left over at the end of a pass wait for the next one."""
-    pool = list(tasks)
-    if count > len(pool):
-        return random.Random(f"{seed}/{step}").choices(pool, k=count)
-    passes, slot = divmod(step, len(pool) // count)
-    order = random.Random(f"{seed}/pass/{passes}").sample(pool, len(pool))
-    return order[slot * count : (slot + 1) * count]
 
 
 def pool_tester(pool: GradingPool, cache: GradeCache) -> Tester:

@@ -157,3 +157,14 @@ def test_native_tool_calls_need_a_model_whose_template_lists_tools(tmp_path) -> 
     assert RunConfig(model={"path": str(llama3)}).inference.tool_format == "text"
     with pytest.raises(ValueError, match=r"inference\.tool_format = 'auto' reads the chat template"):
         RunConfig(model={"path": "s3://bucket/model"})
+
+
+
+def test_the_curriculum_reaches_the_rollout_lane():
+    from flows.runtime import rollout_settings
+
+    assert rollout_settings(RunConfig()).curriculum == "walk"
+    settings = rollout_settings(RunConfig(rl={"curriculum": "mixed", "batch_size": 32, "group_size": 4}))
+    assert (settings.curriculum, settings.tasks_per_step) == ("mixed", 8)
+    with pytest.raises(ValueError, match="curriculum"):
+        RunConfig(rl={"curriculum": "band"})

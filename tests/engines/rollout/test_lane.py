@@ -211,3 +211,17 @@ def test_an_evaluation_writes_every_episode_to_the_evaluations_table(tmp_path) -
     assert patches == [
         (t.instance_id, f"gold {t.instance_id}") for t in sorted(lane.heldout, key=lambda t: t.instance_id)
     ]
+
+
+def test_the_mixed_curriculum_reads_the_published_steps_and_resumes_alike(tmp_path) -> None:
+    lane = _lane(tmp_path, async_level=3, curriculum="mixed")  # 6 tasks, 2 a step: 3 steps a pass
+    for version in range(4):
+        _publish(lane.store, version)
+    failing = {t.instance_id for t in lane.train_tasks[:3]}
+    lane.agent.gold = {**lane.agent.gold, **dict.fromkeys(failing, "no fix")}  # their groups fail whole
+    for step in range(3):
+        asyncio.run(lane.roll_out(step))
+    assert {t.instance_id for t in lane.step_tasks(3)} < {t.instance_id for t in lane.train_tasks[3:]}
+    assert lane.step_tasks.passes() == [(0, 6), (3, 3)]  # the second pass: the 3 mixed tasks, 1 step
+    again = _lane(tmp_path, async_level=3, curriculum="mixed")  # a restart: a new lane, the same lake
+    assert [t.instance_id for t in again.step_tasks(3)] == [t.instance_id for t in lane.step_tasks(3)]

@@ -18,34 +18,13 @@ from engines.env.task_sources.micro import generate_micro_tasks
 from engines.env.types import GradeResult
 from engines.inference.types import Episode
 from engines.protocol import render_action
-from engines.rollout.step import GradeCache, episodes_table, grade_episodes, pool_tester, sample_step_tasks
+from engines.rollout.step import GradeCache, episodes_table, grade_episodes, pool_tester
 from storage.schema import ROLLOUTS
 
 
 @pytest.fixture(scope="module")
 def tasks():
     return generate_micro_tasks(12, seed=7)
-
-
-def test_step_tasks_depend_only_on_seed_and_step(tasks):
-    a = sample_step_tasks(tasks, 3, 4, seed=1)
-    assert [t.instance_id for t in a] == [t.instance_id for t in sample_step_tasks(tasks, 3, 4, seed=1)]
-    assert [t.instance_id for t in a] != [t.instance_id for t in sample_step_tasks(tasks, 4, 4, seed=1)]
-    assert len({t.instance_id for t in a}) == 4  # no repeats while the pool is large enough
-
-
-def test_steps_meet_every_task_once_before_any_twice(tasks):
-    ids = lambda step: [t.instance_id for t in sample_step_tasks(tasks, step, 5, seed=2)]  # noqa: E731
-    first_pass = [i for step in (0, 1) for i in ids(step)]  # 12 tasks, 5 a step: 2 steps a pass
-    assert len(set(first_pass)) == 10
-    second_pass = [i for step in (2, 3) for i in ids(step)]
-    assert len(set(second_pass)) == 10
-    assert first_pass != second_pass  # each pass walks a new order
-
-
-def test_a_pool_smaller_than_a_step_repeats_tasks(tasks):
-    drawn = sample_step_tasks(tasks[:3], 0, 8, seed=0)
-    assert len(drawn) == 8 and {t.instance_id for t in drawn} <= {t.instance_id for t in tasks[:3]}
 
 
 class CountingPool(GradingPool):

@@ -1,0 +1,114 @@
+"""Which training tasks each RL step takes (rl.curriculum).
+
+Steps walk the training tasks in passes, each pass a seeded order of its pool, so every
+task of a pass comes up once before any comes up twice (drawn afresh each step, 120
+draws from 190 tasks met 87 of them and one 8 times). The few left over at the end of a
+pass wait for a later one.
+
+`walk`: every pass is over all the training tasks.
+`mixed`: a pass after the first walks the tasks whose latest group had mixed outcomes,
+and those not tried yet. A group that failed whole or passed whole has zero advantages
+and trains nothing; on real projects 78 of 120 groups failed whole and 15 passed whole
+(docs/2026-12-07-real-project-rl.md, R3). When fewer such tasks remain than a step
+takes, the next pass walks all of them again, trying the set-aside ones on the newer
+policy.
+
+A pass depends only on (seed, its number) and the outcomes of the steps before it, read
+from the lake's published steps: a step redone after a crash takes the same tasks.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engines.env.types import Task
+
+Curriculum = Literal["walk", "mixed"]
+Outcome = tuple[int, int]  # episodes resolved, episodes graded (harness failures left out)
+StepOutcomes = Callable[[int], Mapping[str, Outcome]]
+
+
+@dataclass(frozen=True)
+class _Pass:
+    start: int  # its first step
+    order: list[Task]
+
+
+def group_outcomes(table: pa.Table) -> dict[str, Outcome]:
+    """Task id -> (resolved, graded) of a step's episodes (its rollouts table)."""
+    graded = table.filter(pc.invert(pc.fill_null(table["infra_failure"], False)))
+    out: dict[str, Outcome] = {}
+    for task_id, resolved in zip(graded["task_id"].to_pylist(), graded["resolved"].to_pylist()):
+        passed, seen = out.get(task_id, (0, 0))
+        out[task_id] = (passed + bool(resolved), seen + 1)
+    return out
+
+
+class StepTasks:
+    """The tasks of each step: `per_step` of `tasks`, walked in passes (module docstring).
+    `outcomes(step)` gives a published step's group outcomes; only `mixed` reads them."""
+
+    def __init__(
+        self,
+        tasks: Sequence[Task],
+        per_step: int,
+        seed: int,
+        curriculum: Curriculum = "walk",
+        outcomes: StepOutcomes | None = None,
+    ) -> None:
+        if curriculum == "mixed" and outcomes is None:
+            raise ValueError("rl.curriculum = 'mixed' reads each published step's outcomes: give `outcomes`")
+        self.tasks, self.per_step, self.seed = list(tasks), per_step, seed
+        self.curriculum, self.outcomes = curriculum, outcomes
+        self._read: dict[int, Mapping[str, Outcome]] = {}
+        self._passes = [self._new_pass(0, self.tasks, 0)] if per_step <= len(self.tasks) else []
+
+    def __call__(self, step: int) -> list[Task]:
+        if not self._passes:  # fewer tasks than a step takes: drawn with repeats
+            return random.Random(f"{self.seed}/{step}").choices(self.tasks, k=self.per_step)
+        while step >= self._end(self._passes[-1]):
+            self._passes.append(self._next_pass())
+        chosen = next(p for p in reversed(self._passes) if p.start <= step)
+        slot = step - chosen.start
+        return chosen.order[slot * self.per_step : (slot + 1) * self.per_step]
+
+    def passes(self) -> list[tuple[int, int]]:
+        """(first step, tasks) of each pass planned so far: how the curriculum narrowed."""
+        return [(p.start, len(p.order)) for p in self._passes]
+
+    def _end(self, p: _Pass) -> int:
+        return p.start + len(p.order) // self.per_step
+
+    def _new_pass(self, number: int, pool: list[Task], start: int) -> _Pass:
+        return _Pass(start, random.Random(f"{self.seed}/pass/{number}").sample(pool, len(pool)))
+
+    def _next_pass(self) -> _Pass:
+        start = self._end(self._passes[-1])
+        pool = self.tasks if self.curriculum == "walk" else self._in_band(start)
+        if len(pool) < self.per_step:
+            pool = self.tasks
+        return self._new_pass(len(self._passes), pool, start)
+
+    def _in_band(self, before: int) -> list[Task]:
+        """The tasks whose latest group before step `before` was mixed, or never graded."""
+        latest: dict[str, Outcome] = {}
+        for step in range(before):
+            latest.update(self._step_outcomes(step))
+        return [t for t in self.tasks if _mixed(latest.get(t.instance_id))]
+
+    def _step_outcomes(self, step: int) -> Mapping[str, Outcome]:
+        if step not in self._read:
+            assert self.outcomes is not None  # __init__ refuses mixed without it
+            self._read[step] = self.outcomes(step)
+        return self._read[step]
+
+
+def _mixed(outcome: Outcome | None) -> bool:
+    """Not graded yet, or some episodes of its group passed and some failed."""
+    return outcome is None or 0 < outcome[0] < outcome[1]

@@ -1,0 +1,84 @@
+"""Which tasks each RL step takes: passes over the training tasks, and the `mixed`
+curriculum that walks again only the tasks whose groups had mixed outcomes."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from engines.env.task_sources.micro import generate_micro_tasks
+from engines.rollout.curriculum import StepTasks, group_outcomes
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return generate_micro_tasks(12, seed=7)
+
+
+def ids(step_tasks: StepTasks, *steps: int) -> list[str]:
+    return [t.instance_id for step in steps for t in step_tasks(step)]
+
+
+def test_step_tasks_depend_only_on_seed_and_step(tasks):
+    a = ids(StepTasks(tasks, 4, seed=1), 3)
+    assert a == ids(StepTasks(tasks, 4, seed=1), 3)  # a fresh walker: as after a restart
+    assert a != ids(StepTasks(tasks, 4, seed=1), 4)
+    assert a != ids(StepTasks(tasks, 4, seed=2), 3)
+
+
+def test_steps_meet_every_task_once_before_any_twice(tasks):
+    walk = StepTasks(tasks, 5, seed=2)  # 12 tasks, 5 a step: 2 steps a pass, 2 tasks wait
+    first_pass, second_pass = ids(walk, 0, 1), ids(walk, 2, 3)
+    assert len(set(first_pass)) == 10 and len(set(second_pass)) == 10
+    assert first_pass != second_pass  # each pass walks a new order
+    assert walk.passes() == [(0, 12), (2, 12)]
+
+
+def test_a_pool_smaller_than_a_step_repeats_tasks(tasks):
+    drawn = StepTasks(tasks[:3], 8, seed=0)(0)
+    assert len(drawn) == 8 and {t.instance_id for t in drawn} <= {t.instance_id for t in tasks[:3]}
+
+
+def outcomes_table(results: dict[str, list[bool | None]]) -> pa.Table:
+    """A step's rollouts as the lake has them: None is an episode the harness failed."""
+    rows = [(task, r) for task, rs in results.items() for r in rs]
+    return pa.table(
+        {
+            "task_id": [task for task, _ in rows],
+            "resolved": [bool(r) for _, r in rows],
+            "infra_failure": [r is None for _, r in rows],
+        }
+    )
+
+
+def test_group_outcomes_leave_harness_failures_out():
+    table = outcomes_table({"a": [True, False, None], "b": [None, None], "c": [False, False]})
+    assert group_outcomes(table) == {"a": (1, 2), "c": (0, 2)}
+
+
+def test_mixed_walks_again_only_the_tasks_with_mixed_groups(tasks):
+    mixed = {t.instance_id for t in tasks[:6]}
+
+    def published(step: int) -> dict[str, tuple[int, int]]:
+        # the first 6 tasks had mixed groups, the others failed whole
+        return {t.instance_id: ((2, 4) if t.instance_id in mixed else (0, 4)) for t in first(step)}
+
+    first = StepTasks(tasks, 3, seed=4)  # the walk the curriculum's first pass is
+    curriculum = StepTasks(tasks, 3, seed=4, curriculum="mixed", outcomes=published)
+    assert ids(curriculum, 0, 1, 2, 3) == ids(first, 0, 1, 2, 3)
+    assert set(ids(curriculum, 4, 5)) == mixed  # the second pass: 6 tasks, 2 steps
+    assert curriculum.passes() == [(0, 12), (4, 6)]
+
+
+def test_mixed_walks_all_again_when_too_few_remain(tasks):
+    def published(step: int) -> dict[str, tuple[int, int]]:
+        return {t.instance_id: (4, 4) for t in tasks}  # every group passed whole
+
+    curriculum = StepTasks(tasks, 3, seed=4, curriculum="mixed", outcomes=published)
+    assert len(set(ids(curriculum, 4, 5, 6, 7))) == 12
+    assert curriculum.passes() == [(0, 12), (4, 12)]
+
+
+def test_mixed_needs_the_published_outcomes(tasks):
+    with pytest.raises(ValueError, match="rl.curriculum"):
+        StepTasks(tasks, 3, seed=0, curriculum="mixed")
