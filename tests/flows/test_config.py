@@ -159,7 +159,6 @@ def test_native_tool_calls_need_a_model_whose_template_lists_tools(tmp_path) -> 
         RunConfig(model={"path": "s3://bucket/model"})
 
 
-
 def test_the_curriculum_reaches_the_rollout_lane():
     from flows.runtime import rollout_settings
 
