@@ -157,14 +157,15 @@ class RLConfig(BaseModel):
     )
     seed: int = Field(
         0,
-        description="Seed of the order the steps walk the training tasks in (step s's tasks depend on (seed, s) "
-        "only; every task once before any twice); generation is seeded by inference.sampling.seed.",
+        description="Seed of the tasks each step takes (rl.curriculum); generation is seeded by "
+        "inference.sampling.seed.",
     )
     curriculum: Curriculum = Field(
-        "walk",
-        description="Which training tasks the steps walk (engines/rollout/curriculum.py): 'walk' all of them, pass "
-        "after pass; 'mixed' after the first pass only those whose latest group had mixed outcomes (a group that "
-        "failed or passed whole trains nothing), all again when fewer remain than a step takes.",
+        "draw",
+        description="Which training tasks each step takes (engines/rollout/curriculum.py): 'draw' afresh each step "
+        "from (seed, step); 'mixed' walks them in seeded passes, every task once before any twice, and after the "
+        "first pass only those whose latest group had mixed outcomes (a group that failed or passed whole trains "
+        "nothing), all again when fewer remain than a step takes.",
     )
 
     @model_validator(mode="after")

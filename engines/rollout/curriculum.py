@@ -1,20 +1,19 @@
 """Which training tasks each RL step takes (rl.curriculum).
 
-Steps walk the training tasks in passes, each pass a seeded order of its pool, so every
-task of a pass comes up once before any comes up twice (drawn afresh each step, 120
-draws from 190 tasks met 87 of them and one 8 times). The few left over at the end of a
-pass wait for a later one.
+`draw`: each step draws its tasks afresh, a function of (seed, step) alone. On a small
+pool tasks repeat and others wait: 120 draws from 190 tasks met 87 of them and one 8
+times (docs/2026-12-07-real-project-rl.md, R3).
+`mixed`: steps walk the training tasks in passes, each pass a seeded order of its pool,
+so every task of a pass comes up once before any twice (the few left over at a pass's
+end wait for a later one). A pass after the first walks the tasks whose latest group had
+mixed outcomes, and those not graded yet: a group that failed whole or passed whole has
+zero advantages and trains nothing, and on real projects 78 of 120 groups failed whole
+and 15 passed whole (R3). When fewer such tasks remain than a step takes, the next pass
+walks all of them again, trying the set-aside ones on the newer policy.
 
-`walk`: every pass is over all the training tasks.
-`mixed`: a pass after the first walks the tasks whose latest group had mixed outcomes,
-and those not tried yet. A group that failed whole or passed whole has zero advantages
-and trains nothing; on real projects 78 of 120 groups failed whole and 15 passed whole
-(docs/2026-12-07-real-project-rl.md, R3). When fewer such tasks remain than a step
-takes, the next pass walks all of them again, trying the set-aside ones on the newer
-policy.
-
-A pass depends only on (seed, its number) and the outcomes of the steps before it, read
-from the lake's published steps: a step redone after a crash takes the same tasks.
+A step's tasks depend only on (seed, step) and, under `mixed`, the outcomes of the steps
+before its pass, read from the lake's published steps: a step redone after a crash takes
+the same tasks.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ import pyarrow.compute as pc
 
 from engines.env.types import Task
 
-Curriculum = Literal["walk", "mixed"]
+Curriculum = Literal["draw", "mixed"]
 Outcome = tuple[int, int]  # episodes resolved, episodes graded (harness failures left out)
 StepOutcomes = Callable[[int], Mapping[str, Outcome]]
 
@@ -51,15 +50,15 @@ def group_outcomes(table: pa.Table) -> dict[str, Outcome]:
 
 
 class StepTasks:
-    """The tasks of each step: `per_step` of `tasks`, walked in passes (module docstring).
-    `outcomes(step)` gives a published step's group outcomes; only `mixed` reads them."""
+    """The tasks of each step: `per_step` of `tasks` (module docstring). `outcomes(step)`
+    gives a published step's group outcomes; only `mixed` reads them."""
 
     def __init__(
         self,
         tasks: Sequence[Task],
         per_step: int,
         seed: int,
-        curriculum: Curriculum = "walk",
+        curriculum: Curriculum = "draw",
         outcomes: StepOutcomes | None = None,
     ) -> None:
         if curriculum == "mixed" and outcomes is None:
@@ -67,11 +66,15 @@ class StepTasks:
         self.tasks, self.per_step, self.seed = list(tasks), per_step, seed
         self.curriculum, self.outcomes = curriculum, outcomes
         self._read: dict[int, Mapping[str, Outcome]] = {}
-        self._passes = [self._new_pass(0, self.tasks, 0)] if per_step <= len(self.tasks) else []
+        walks = curriculum == "mixed" and per_step <= len(self.tasks)  # else drawn afresh, with repeats if few
+        self._passes = [self._new_pass(0, self.tasks, 0)] if walks else []
 
     def __call__(self, step: int) -> list[Task]:
-        if not self._passes:  # fewer tasks than a step takes: drawn with repeats
-            return random.Random(f"{self.seed}/{step}").choices(self.tasks, k=self.per_step)
+        if not self._passes:
+            rng = random.Random(f"{self.seed}/{step}")
+            if self.per_step <= len(self.tasks):
+                return rng.sample(self.tasks, self.per_step)
+            return rng.choices(self.tasks, k=self.per_step)
         while step >= self._end(self._passes[-1]):
             self._passes.append(self._next_pass())
         chosen = next(p for p in reversed(self._passes) if p.start <= step)
@@ -90,7 +93,7 @@ class StepTasks:
 
     def _next_pass(self) -> _Pass:
         start = self._end(self._passes[-1])
-        pool = self.tasks if self.curriculum == "walk" else self._in_band(start)
+        pool = self._in_band(start)
         if len(pool) < self.per_step:
             pool = self.tasks
         return self._new_pass(len(self._passes), pool, start)

@@ -50,7 +50,7 @@ class RolloutSettings:
     group_size: int
     seed: int
     async_level: int
-    curriculum: Curriculum = "walk"  # which tasks each step takes (engines/rollout/curriculum.py)
+    curriculum: Curriculum = "draw"  # which tasks each step takes (engines/rollout/curriculum.py)
     policy_timeout_s: float = 3600.0  # give up waiting for the trainer after this long
     load_attempts: int = 3  # tries to load a version into the servers
     load_retry_s: float = 5.0  # pause between those tries

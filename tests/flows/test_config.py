@@ -162,7 +162,7 @@ def test_native_tool_calls_need_a_model_whose_template_lists_tools(tmp_path) -> 
 def test_the_curriculum_reaches_the_rollout_lane():
     from flows.runtime import rollout_settings
 
-    assert rollout_settings(RunConfig()).curriculum == "walk"
+    assert rollout_settings(RunConfig()).curriculum == "draw"
     settings = rollout_settings(RunConfig(rl={"curriculum": "mixed", "batch_size": 32, "group_size": 4}))
     assert (settings.curriculum, settings.tasks_per_step) == ("mixed", 8)
     with pytest.raises(ValueError, match="curriculum"):

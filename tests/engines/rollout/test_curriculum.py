@@ -1,5 +1,5 @@
-"""Which tasks each RL step takes: passes over the training tasks, and the `mixed`
-curriculum that walks again only the tasks whose groups had mixed outcomes."""
+"""Which tasks each RL step takes: drawn afresh each step, or the `mixed` curriculum's
+passes, which walk again only the tasks whose groups had mixed outcomes."""
 
 from __future__ import annotations
 
@@ -26,8 +26,13 @@ def test_step_tasks_depend_only_on_seed_and_step(tasks):
     assert a != ids(StepTasks(tasks, 4, seed=2), 3)
 
 
-def test_steps_meet_every_task_once_before_any_twice(tasks):
-    walk = StepTasks(tasks, 5, seed=2)  # 12 tasks, 5 a step: 2 steps a pass, 2 tasks wait
+def test_a_step_draws_distinct_tasks_while_the_pool_is_large_enough(tasks):
+    assert len(set(ids(StepTasks(tasks, 12, seed=0), 5))) == 12
+
+
+def test_mixed_meets_every_task_once_before_any_twice(tasks):
+    # nothing graded yet: every task stays in the walk; 12 tasks, 5 a step: 2 steps a pass, 2 wait
+    walk = StepTasks(tasks, 5, seed=2, curriculum="mixed", outcomes=lambda step: {})
     first_pass, second_pass = ids(walk, 0, 1), ids(walk, 2, 3)
     assert len(set(first_pass)) == 10 and len(set(second_pass)) == 10
     assert first_pass != second_pass  # each pass walks a new order
@@ -63,7 +68,7 @@ def test_mixed_walks_again_only_the_tasks_with_mixed_groups(tasks):
         # the first 6 tasks had mixed groups, the others failed whole
         return {t.instance_id: ((2, 4) if t.instance_id in mixed else (0, 4)) for t in first(step)}
 
-    first = StepTasks(tasks, 3, seed=4)  # the walk the curriculum's first pass is
+    first = StepTasks(tasks, 3, seed=4, curriculum="mixed", outcomes=lambda step: {})  # its first pass
     curriculum = StepTasks(tasks, 3, seed=4, curriculum="mixed", outcomes=published)
     assert ids(curriculum, 0, 1, 2, 3) == ids(first, 0, 1, 2, 3)
     assert set(ids(curriculum, 4, 5)) == mixed  # the second pass: 6 tasks, 2 steps
