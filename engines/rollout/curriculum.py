@@ -64,7 +64,7 @@ class StepTasks:
         if curriculum == "mixed" and outcomes is None:
             raise ValueError("rl.curriculum = 'mixed' reads each published step's outcomes: give `outcomes`")
         self.tasks, self.per_step, self.seed = list(tasks), per_step, seed
-        self.curriculum, self.outcomes = curriculum, outcomes
+        self.outcomes = outcomes
         self._read: dict[int, Mapping[str, Outcome]] = {}
         walks = curriculum == "mixed" and per_step <= len(self.tasks)  # else drawn afresh, with repeats if few
         self._passes = [self._new_pass(0, self.tasks, 0)] if walks else []
