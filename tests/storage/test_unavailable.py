@@ -111,4 +111,6 @@ def test_an_outage_longer_than_the_limit_fails_naming_the_limit_and_how_to_resum
         waited = time.monotonic() - started
         proxy.up()
         assert not shards.shard_exists(store, "r", 0, "w0")  # back: nothing half-written
-    assert 1.0 <= waited < 3.5  # tries at 0, 1 and 3 s: the next (7 s) would pass the limit
+    # tries at 0, 1 and 3 s; the next (7 s) would pass the limit, so it gives up without that wait
+    # (the bound leaves room for a slow connection refusal on a busy machine)
+    assert 1.0 <= waited < 6.0
