@@ -33,6 +33,7 @@ from prefect.deployments import run_deployment
 from prefect.states import Cancelling
 
 from engines.handoff import RunContext
+from engines.settle import settle
 from engines.trainer.lane import LaneConfig
 from flows.config import RunConfig
 from flows.devices import planned
@@ -107,7 +108,7 @@ async def _both_lanes(config: RunConfig, trainer: LaneConfig) -> None:
     finally:
         for job in jobs:
             job.cancel()
-        await asyncio.gather(*jobs, return_exceptions=True)
+        await settle(*jobs)
 
 
 def node_lanes(trainer: LaneConfig) -> list[LaneConfig]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from engines.inference.client import CompletionClient, RequestRejected, ServerUnavailable
 from engines.inference.types import Completion, SamplingParams
+from engines.settle import settle
 
 VLLM_MAX_PROMPTS = 1024  # vLLM's default VLLM_MAX_COMPLETION_PROMPTS: more prompts are refused
 MAX_WAIT_WINDOWS = 4  # a group waits at most this many windows after its first request
@@ -175,4 +176,4 @@ class RequestCoalescer:
                     m.future.set_exception(ServerUnavailable(f"request to {key.url} not sent: the pool is closing"))
         for task in list(self._sending):
             task.cancel()
-        await asyncio.gather(*self._sending, return_exceptions=True)
+        await settle(*self._sending)

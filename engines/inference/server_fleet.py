@@ -27,6 +27,7 @@ from engines.inference.config import InferenceConfig
 from engines.inference.server_process import LocalServer, ServerSlot, free_port, reachable_host
 from engines.inference.types import KvRole
 from engines.inference.weight_files import WeightUpdateError
+from engines.settle import settle
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ class ServerFleet:
             if slot.recovering is not None and not slot.recovering.done():
                 slot.recovering.cancel()
         stops = [asyncio.to_thread(s.process.stop) for s in self.slots if s.process is not None]
-        await asyncio.gather(*stops, return_exceptions=True)
+        await settle(*stops)
 
     # ---- recovery ---------------------------------------------------------------
 
@@ -168,7 +169,7 @@ class ServerFleet:
         """Until every recovery in progress ends."""
         pending = self._pending()
         if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+            await settle(*pending)
 
     def _pending(self) -> list[asyncio.Task[None]]:
         return [s.recovering for s in self.slots if s.recovering is not None and not s.recovering.done()]

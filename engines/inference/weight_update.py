@@ -53,6 +53,7 @@ from engines.inference.weight_files import (
     verify_loaded_from,
     verify_same_weights,
 )
+from engines.settle import settle
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +197,7 @@ class WeightUpdater:
         # A crash restart in flight ends first (then it is updated below like the others).
         await fleet.settle_recoveries()
         updating = [s for s in fleet.slots if s.healthy]
-        results = await asyncio.gather(*(self._reload(s) for s in updating), return_exceptions=True)
+        results = await settle(*(self._reload(s) for s in updating))
         failures = []
         for slot, result in zip(updating, results):
             if not isinstance(result, BaseException):
