@@ -8,10 +8,12 @@ so every task of a pass comes up once before any twice (the few left over at a p
 end wait for a later one). A pass after the first walks the tasks whose latest group had
 mixed outcomes, and those not graded yet: a group that failed whole or passed whole has
 zero advantages and trains nothing, and on real projects 78 of 120 groups failed whole
-and 15 passed whole (R3). A quarter of each such pass (at least one step's worth) tries
-set-aside tasks again on the newer policy, those walked longest ago first, so a task the
-policy has grown into comes back without re-walking every task: R4, which walked all of
-them again whenever fewer than a step's worth were mixed, spent 23 of its 60 steps so.
+and 15 passed whole (R3). Such a pass is filled to whole steps, at least a quarter of it
+(all of it when none is mixed), with set-aside tasks tried again on the newer policy,
+those walked longest ago first: a task the policy has grown into comes back without a
+pass over every task (R4, which walked all of them again whenever fewer than a step's
+worth were mixed, spent 23 of its 60 steps so; R5, with this rule, trained on as many
+mixed groups).
 
 A step's tasks depend only on (seed, step) and, under `mixed`, the outcomes of the steps
 before its pass, read from the lake's published steps: a step redone after a crash takes
