@@ -165,7 +165,7 @@ class RLConfig(BaseModel):
         description="Which training tasks each step takes (engines/rollout/curriculum.py): 'draw' afresh each step "
         "from (seed, step); 'mixed' walks them in seeded passes, every task once before any twice, and after the "
         "first pass only those whose latest group had mixed outcomes (a group that failed or passed whole trains "
-        "nothing), all again when fewer remain than a step takes.",
+        "nothing), with set-aside tasks, those walked longest ago first, filling at least a quarter of each pass.",
     )
 
     @model_validator(mode="after")

@@ -83,13 +83,16 @@ class StepTasks:
             return rng.choices(self.tasks, k=self.per_step)
         while step >= self._end(self._passes[-1]):
             self._passes.append(self._next_pass())
-        chosen = next(p for p in reversed(self._passes) if p.start <= step)
-        slot = step - chosen.start
-        return chosen.order[slot * self.per_step : (slot + 1) * self.per_step]
+        return self._of_pass(next(p for p in reversed(self._passes) if p.start <= step), step)
 
     def passes(self) -> list[tuple[int, int]]:
         """(first step, tasks) of each pass planned so far: how the curriculum narrowed."""
         return [(p.start, len(p.order)) for p in self._passes]
+
+    def _of_pass(self, p: _Pass, step: int) -> list[Task]:
+        """Step `step`'s tasks in pass `p`."""
+        slot = step - p.start
+        return p.order[slot * self.per_step : (slot + 1) * self.per_step]
 
     def _end(self, p: _Pass) -> int:
         return p.start + len(p.order) // self.per_step
@@ -110,8 +113,7 @@ class StepTasks:
         last: dict[str, int] = {}
         for p in self._passes:
             for step in range(p.start, self._end(p)):
-                for task in p.order[(step - p.start) * self.per_step : (step - p.start + 1) * self.per_step]:
-                    last[task.instance_id] = step
+                last.update(dict.fromkeys((t.instance_id for t in self._of_pass(p, step)), step))
         kept = {t.instance_id for t in band}
         aside = [t for t in self.tasks if t.instance_id not in kept]
         aside = random.Random(f"{self.seed}/reprobe/{len(self._passes)}").sample(aside, len(aside))
