@@ -184,7 +184,12 @@ class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tasks: int = Field(500, ge=1, description="Held-out tasks evaluated (at most tasks.heldout_tasks).")
-    samples: int = Field(1, ge=1, description="Samples per task at the rollout temperature for pass@k (k = samples).")
+    samples: int = Field(
+        1,
+        ge=0,
+        description="Samples per task at the rollout temperature for pass@k (k = samples); 0 runs the greedy pass "
+        "alone, about half the evaluation's time when many tasks are evaluated.",
+    )
 
 
 class RunSamplingConfig(SamplingConfig):

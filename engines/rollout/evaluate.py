@@ -29,7 +29,7 @@ class EvalResult:
     pass_at_1: float  # greedy decoding, one episode per task
     pass_at_k: float  # at least one of k samples resolved
     pass_at_1_sampled: float  # mean over the k samples
-    k: int
+    k: int  # 0: the greedy pass alone, so neither sampled figure is reported
     infra_failures: int
     infra_example: str = ""  # the first infrastructure failure's message, for diagnosis
     first_attempt_pass_at_1: float = 0.0  # greedy, solved by its first edit
@@ -44,10 +44,11 @@ class EvalResult:
         # pass@k only for k > 1: with one sample it is pass@1_sampled, and under the key
         # "pass@1" it would overwrite the greedy result.
         at_k = {f"pass@{self.k}": self.pass_at_k} if self.k > 1 else {}
+        sampled = {"pass@1_sampled": self.pass_at_1_sampled} if self.k else {}
         return {
             "pass@1": self.pass_at_1,
             **at_k,
-            "pass@1_sampled": self.pass_at_1_sampled,
+            **sampled,
             "first_attempt_pass@1": self.first_attempt_pass_at_1,
             "mean_attempts": self.mean_attempts,
             "retry_repeat_rate": self.retry_repeat_rate,
@@ -70,22 +71,27 @@ async def evaluate_tasks(
     version: int,
     progress: Callable[[str], None] | None = None,
 ) -> EvalResult:
-    """`greedy` must sample at temperature 0, `sampled` at the training temperature;
-    each seeds its episodes only when its `sampling.seed` is set. `progress` gets a
+    """`greedy` must sample at temperature 0, `sampled` at the training temperature
+    (`k` episodes a task; none with k = 0); each seeds its episodes only when its `sampling.seed` is set. `progress` gets a
     line at every tenth of each pass (a 500-task evaluation takes minutes on CPU)."""
     tester = pool_tester(grader, cache)
-    # Both passes at once: the sampled pass fills the server's batch while the greedy
-    # pass's last episodes wait on their tests, and the reverse.
-    g_eps, s_eps = await asyncio.gather(
+    passes = [
         greedy.run_episodes(
             episode_requests(tasks, 1, env, step=-1, seed=greedy.cfg.sampling.seed, tester=tester),
             episode_counter(f"v{version} greedy", len(tasks), progress),
-        ),
-        sampled.run_episodes(
-            episode_requests(tasks, k, env, step=-2, seed=sampled.cfg.sampling.seed, tester=tester),
-            episode_counter(f"v{version} sampled", len(tasks) * k, progress),
-        ),
-    )
+        )
+    ]
+    if k:
+        passes.append(
+            sampled.run_episodes(
+                episode_requests(tasks, k, env, step=-2, seed=sampled.cfg.sampling.seed, tester=tester),
+                episode_counter(f"v{version} sampled", len(tasks) * k, progress),
+            )
+        )
+    # Both passes at once: the sampled pass fills the server's batch while the greedy
+    # pass's last episodes wait on their tests, and the reverse.
+    g_eps, *rest = await asyncio.gather(*passes)
+    s_eps = rest[0] if rest else []
     by_id = {t.instance_id: t for t in tasks}
     g_grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in g_eps])
     s_grades = grade_episodes(grader, cache, [(by_id[e.task_id], e) for e in s_eps])

@@ -213,6 +213,24 @@ def test_an_evaluation_writes_every_episode_to_the_evaluations_table(tmp_path) -
     ]
 
 
+def test_an_evaluation_without_samples_runs_the_greedy_pass_alone(tmp_path) -> None:
+    lane = _lane(tmp_path)
+    _publish(lane.store, 0)
+    asked: list[int] = []
+    run_episodes = lane.agent.run_episodes
+
+    async def counted(requests, on_done=None):
+        asked.append(len(requests))
+        return await run_episodes(requests, on_done)
+
+    lane.agent.run_episodes = counted  # greedy and sampled are the same stand-in here
+    result = asyncio.run(lane.evaluate_policy(k=0, name="after"))
+    assert asked == [2] and result["pass@1"] == 1.0
+    assert not any(key.startswith("pass@1_") or key.startswith("pass@0") for key in result)
+    lake = query.connect(lane.store, RUN)
+    assert lake.sql("SELECT DISTINCT pass FROM evaluations").fetchall() == [("greedy",)]
+
+
 def test_the_mixed_curriculum_reads_the_published_steps_and_resumes_alike(tmp_path) -> None:
     lane = _lane(tmp_path, async_level=3, curriculum="mixed")  # 6 tasks, 2 a step: 3 steps a pass
     for version in range(4):
