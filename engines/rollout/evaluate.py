@@ -72,8 +72,9 @@ async def evaluate_tasks(
     progress: Callable[[str], None] | None = None,
 ) -> EvalResult:
     """`greedy` must sample at temperature 0, `sampled` at the training temperature
-    (`k` episodes a task; none with k = 0); each seeds its episodes only when its `sampling.seed` is set. `progress` gets a
-    line at every tenth of each pass (a 500-task evaluation takes minutes on CPU)."""
+    (`k` episodes a task; none with k = 0); each seeds its episodes only when its
+    `sampling.seed` is set. `progress` gets a line at every tenth of each pass (a
+    500-task evaluation takes minutes on CPU)."""
     tester = pool_tester(grader, cache)
     passes = [
         greedy.run_episodes(
@@ -88,7 +89,7 @@ async def evaluate_tasks(
                 episode_counter(f"v{version} sampled", len(tasks) * k, progress),
             )
         )
-    # Both passes at once: the sampled pass fills the server's batch while the greedy
+    # With k > 0 both passes at once: the sampled pass fills the server's batch while the greedy
     # pass's last episodes wait on their tests, and the reverse.
     g_eps, *rest = await asyncio.gather(*passes)
     s_eps = rest[0] if rest else []
