@@ -99,6 +99,22 @@ def test_processes_with_finds_a_token_carrier_and_not_this_process() -> None:
         child.wait()
 
 
+def test_a_carrier_read_before_its_exec_has_laid_out_its_environment_is_found() -> None:
+    # Between Popen's return and the kernel's set-up of the new stack a child's environ
+    # reads empty (a window of microseconds, milliseconds under the suite's load). Here a
+    # child with no environment stays young and empty for 0.3 s, then execs the carrier.
+    token = new_token("exec")
+    become_carrier = (
+        f"import os, time; time.sleep(0.3); os.execve('/bin/sleep', ['sleep', '30'], {{'{SCOPE_ENV}': '{token}'}})"
+    )
+    child = subprocess.Popen([sys.executable, "-c", become_carrier], env={})
+    try:
+        assert processes_with(token) == {child.pid: "sleep 30 "}
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_a_process_that_ends_within_the_grace_period_is_no_leftover() -> None:
     token = new_token("grace")
     child = subprocess.Popen(["sleep", "1"], env={**os.environ, SCOPE_ENV: token})
