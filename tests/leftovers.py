@@ -31,6 +31,8 @@ import pytest
 
 SCOPE_ENV = "TANDEM_TEST_SCOPE"
 GRACE_S = 10.0
+SETTLE_S = 2.0  # longest wait for a process in the midst of exec
+YOUNG_S = 5.0  # a process started longer ago is not in the midst of its first exec
 
 
 class LeftoverProcessError(AssertionError):
@@ -42,6 +44,27 @@ def new_token(name: str) -> str:
     return hashlib.sha256(f"{name}:{uuid.uuid4()}".encode()).hexdigest()[:16]
 
 
+def _stat(proc: Path) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name: [0] is the state, [19]
+    the start time in clock ticks since boot."""
+    return (proc / "stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _environ(proc: Path) -> bytes:
+    """The environment of `proc`. A process in the midst of exec reads empty until the
+    kernel has laid out its new stack, and Popen returns before that (at exec's close of
+    the error pipe): under load, one read in eight right after Popen. A young process
+    that reads empty is read again for up to SETTLE_S."""
+    deadline = time.monotonic() + SETTLE_S
+    while not (environ := (proc / "environ").read_bytes()) and time.monotonic() < deadline:
+        stat = _stat(proc)
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        if stat[0] in ("Z", "X") or uptime_s - int(stat[19]) / os.sysconf("SC_CLK_TCK") > YOUNG_S:
+            break  # ended, or empty for good (started with no environment)
+        time.sleep(0.01)
+    return environ
+
+
 def processes_with(token: str) -> dict[int, str]:
     """pid -> command line of every live process whose environment carries `token`
     (this process and zombies left out; threads are not listed in /proc's top level)."""
@@ -51,9 +74,7 @@ def processes_with(token: str) -> dict[int, str]:
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            if needle not in (proc / "environ").read_bytes().split(b"\0"):
-                continue
-            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+            if _stat(proc)[0] in ("Z", "X") or needle not in _environ(proc).split(b"\0"):
                 continue
             found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, IndexError):  # gone meanwhile, or not ours to read

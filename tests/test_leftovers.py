@@ -102,12 +102,10 @@ def test_processes_with_finds_a_token_carrier_and_not_this_process() -> None:
 def test_a_carrier_read_before_its_exec_has_laid_out_its_environment_is_found() -> None:
     # Between Popen's return and the kernel's set-up of the new stack a child's environ
     # reads empty (a window of microseconds, milliseconds under the suite's load). Here a
-    # child with no environment stays young and empty for 0.3 s, then execs the carrier.
+    # shell started with no environment stays young and empty for 0.2 s, then execs the
+    # carrier in its place.
     token = new_token("exec")
-    become_carrier = (
-        f"import os, time; time.sleep(0.3); os.execve('/bin/sleep', ['sleep', '30'], {{'{SCOPE_ENV}': '{token}'}})"
-    )
-    child = subprocess.Popen([sys.executable, "-c", become_carrier], env={})
+    child = subprocess.Popen(["/bin/sh", "-c", f"sleep 0.2; {SCOPE_ENV}={token} exec sleep 30"], env={})
     try:
         assert processes_with(token) == {child.pid: "sleep 30 "}
     finally:
