@@ -73,12 +73,16 @@ OVERRIDES = [
 
 
 def kernel_family(cpuinfo: str | None = None) -> str:
-    """'amx' on a CPU with AMX bf16 tiles, 'avx512_bf16' on one with AVX-512 bf16 and no AMX, else 'default'."""
+    """'amx' on a CPU with AMX bf16 tiles, 'avx512_bf16' on one with AVX-512 bf16 and no AMX,
+    'avx2' on one with AVX2 and no AVX-512 (torch and vLLM's CPU build take their AVX2
+    kernels there), else 'default' (AVX-512 without bf16, and what cpuinfo does not tell)."""
     text = Path("/proc/cpuinfo").read_text() if cpuinfo is None else cpuinfo
     flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
     if "amx_bf16" in flags:
         return "amx"
-    return "avx512_bf16" if "avx512_bf16" in flags else "default"
+    if "avx512_bf16" in flags:
+        return "avx512_bf16"
+    return "avx2" if "avx2" in flags and "avx512f" not in flags else "default"
 
 
 def golden_path(family: str | None = None) -> Path:
