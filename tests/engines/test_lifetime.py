@@ -65,7 +65,7 @@ OWNER = textwrap.dedent("""
         start_new_session=True,
         preexec_fn=functools.partial(exit_with_parent, os.getpid()),
     )
-    print(lane.pid, flush=True)
+    print("lane", lane.pid, flush=True)
     time.sleep(120)
 """)
 LANE = textwrap.dedent("""
@@ -76,7 +76,7 @@ LANE = textwrap.dedent("""
         end_with_owner()
     group = subprocess.Popen(["sleep", "120"])
     rank = subprocess.Popen(["sleep", "120"], start_new_session=True)
-    print(group.pid, rank.pid, flush=True)
+    print("children", group.pid, rank.pid, flush=True)
     time.sleep(120)
 """)
 
@@ -86,8 +86,10 @@ def _lane_tree_after_owner_killed(mode: str) -> list[psutil.Process]:
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER, mode, LANE], stdout=subprocess.PIPE, env=env, start_new_session=True
     )
-    lane = psutil.Process(int(owner.stdout.readline()))
-    group, rank = (psutil.Process(int(p)) for p in owner.stdout.readline().split())
+    # The owner and the lane write to the same pipe: under load the lane's line can come first.
+    lines = [owner.stdout.readline().decode().split() for _ in range(2)]
+    pids = {words[0]: words[1:] for words in lines}
+    lane, group, rank = (psutil.Process(int(pid)) for pid in pids["lane"] + pids["children"])
     owner.kill()
     owner.wait()
     return [lane, group, rank]
