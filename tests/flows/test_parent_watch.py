@@ -120,7 +120,9 @@ def test_a_deployed_lane_ends_once_its_rl_flows_process_is_sigkilled(
             os.killpg(int(lane_pid.read_text()), signal.SIGKILL)
     text = log.read_text(errors="replace")
     assert "ending this lane: its rl flow's lease on tandem-run:orphan ran out" in text, text[-3000:]
-    assert ended_after >= SLOT_LEASE_S - POLL_S  # not before the lease could lapse
+    # Not before the lease could lapse: the rl flow renews it every 3/4 of SLOT_LEASE_S, so
+    # at the kill between a quarter and all of it is left (45 s after the kill was seen).
+    assert ended_after >= SLOT_LEASE_S / 4
 
 
 def _running(flow_run_id: Path, prefect_server: dict[str, str]) -> bool:
