@@ -269,8 +269,8 @@ class InferenceConfig(BaseModel):
     kv_cache_gb: float = Field(
         1.0,
         gt=0,
-        description="KV cache in GB: per server on vLLM's CPU build (VLLM_CPU_KVCACHE_SPACE), per GPU on a GPU "
-        "build (--kv-cache-memory-bytes).",
+        description="KV cache in GB (--kv-cache-memory-bytes; fractions too): per server on vLLM's CPU build, per "
+        "GPU on a GPU build.",
     )
     max_num_seqs: int = Field(32, ge=1, description="Sequences one server batches at once (--max-num-seqs).")
     block_size: int | None = Field(

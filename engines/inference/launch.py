@@ -169,8 +169,9 @@ def server_command(
         argv += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(cfg.max_model_len, 4096))]
         if single_cpu_rank(cfg):
             argv += ["--distributed-executor-backend", "uni"]
-    else:
-        argv += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gb * 2**30))]
+    # In bytes on both builds: the CPU build's VLLM_CPU_KVCACHE_SPACE takes whole GB only
+    # (0.5 became 1), and vLLM zeroes the whole cache before the server is ready.
+    argv += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gb * 2**30))]
     argv += cluster_flags(c)
     if kv_role is not None and c.disaggregation is not None:
         argv += ["--kv-transfer-config", json.dumps(kv_transfer_config(c.disaggregation, kv_role, kv_path))]
@@ -189,8 +190,9 @@ def server_environment(cfg: InferenceConfig, cpu_build: bool, index: int = 0) ->
         # A decode server on another machine fetches the prompt's KV from this one through
         # the side channel this names (vLLM's default, localhost, is this machine only).
         env[NIXL_HOST] = reachable_host(cfg.host)
+    # vLLM's CPU build lets this legacy variable override --kv-cache-memory-bytes.
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     if cpu_build:
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.kv_cache_gb)))  # whole GB
         env["OMP_NUM_THREADS"] = str(cfg.server_threads)
         if single_cpu_rank(cfg):
             # The CPU platform keeps the uniprocess executor only with this set; the API

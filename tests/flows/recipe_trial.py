@@ -44,7 +44,7 @@ CONTEXT = 2048  # a real project's prompt with the failing tests' output fits it
 CAPS: dict[str, int | float] = {
     "inference.num_servers": 1,
     "inference.max_model_len": CONTEXT,
-    "inference.kv_cache_gb": 1.0,
+    "inference.kv_cache_gb": 0.25,
     "inference.max_num_seqs": 4,
     "inference.concurrency_per_server": 4,
     "inference.sampling.max_tokens_per_turn": 64,

@@ -77,7 +77,19 @@ def test_cluster_options_become_vllm_flags() -> None:
     kv = json.loads(argv[argv.index("--kv-transfer-config") + 1])
     assert kv == {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
     plain = launch.server_command(InferenceConfig(model_dir="m"), "py", 8000, cpu_build=True)
-    assert "--quantization" not in plain and "--kv-cache-memory-bytes" not in plain
+    assert "--quantization" not in plain
+
+
+def test_the_kv_cache_is_the_configured_bytes_on_both_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU build's VLLM_CPU_KVCACHE_SPACE takes whole GB (0.5 became 1 GB, zeroed at
+    every start); the byte flag takes the field as set, and the legacy variable, which
+    would override it, is not passed on."""
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
+    cfg = InferenceConfig(model_dir="m", kv_cache_gb=0.25)
+    for cpu_build in (True, False):
+        argv = launch.server_command(cfg, "py", 8000, cpu_build=cpu_build)
+        assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(2**28)
+        assert "VLLM_CPU_KVCACHE_SPACE" not in launch.server_environment(cfg, cpu_build=cpu_build)
 
 
 @pytest.mark.cluster
@@ -186,9 +198,7 @@ def test_one_cpu_rank_runs_its_model_in_the_engine_process(monkeypatch: pytest.M
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     monkeypatch.delenv(launch.FORK_ENGINE_ENV, raising=False)
     one = InferenceConfig(model_dir="m")
-    assert " ".join(launch.server_command(one, "py", 8000, cpu_build=True)).endswith(
-        "--distributed-executor-backend uni"
-    )
+    assert "--distributed-executor-backend uni" in " ".join(launch.server_command(one, "py", 8000, cpu_build=True))
     env = launch.server_environment(one, cpu_build=True)
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and env[launch.FORK_ENGINE_ENV] == "1"
     two = InferenceConfig(model_dir="m", cluster={"tensor_parallel_size": 2})
