@@ -23,7 +23,7 @@ from engines.env.task_sources.micro_demos import DemonstrationKind
 from engines.env.task_sources.selection import Hint
 from engines.inference.config import EpisodeLimits, InferenceConfig, SamplingConfig
 from engines.model.hub import is_hub_id, template_folder
-from engines.model.tiny import TinyModelConfig
+from engines.model.tiny_config import TinyModelConfig
 from engines.rollout.curriculum import Curriculum
 from engines.tool_calls import chat_templates, template_supports_tools, template_tool_format
 from engines.trainer.config import SFTConfig, TrainerConfig

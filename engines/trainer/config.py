@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 from typing import ClassVar, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from engines.trainer.warm_start_cache import SFT_PLACEMENT_FIELDS, SFT_TRAINER_FIELDS
@@ -298,6 +297,8 @@ class TrainerConfig(BaseModel):
                 )
             if self.seq_len % (2 * cp):
                 raise ValueError(f"seq_len ({self.seq_len}) must be a multiple of 2 x context_parallel_size ({2 * cp})")
+            import torch  # here, not at the top: a run's configuration is read where torch never is
+
             if not torch.cuda.is_available():
                 raise ValueError(
                     f"context_parallel_size={cp} needs CUDA GPUs: torch's context parallel rewrites the flash, "

@@ -167,3 +167,14 @@ def test_the_curriculum_reaches_the_rollout_lane():
     assert (settings.curriculum, settings.tasks_per_step) == ("mixed", 8)
     with pytest.raises(ValueError, match="curriculum"):
         RunConfig(rl={"curriculum": "band"})
+
+
+def test_reading_a_run_configuration_imports_neither_torch_nor_transformers() -> None:
+    """Every `tandem` command and flow process reads one; torch and transformers cost about
+    5 CPU-seconds to import (7.7 s for `tandem run --help` when they were imported here)."""
+    import subprocess
+    import sys
+
+    probe = "import sys, flows.config; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
