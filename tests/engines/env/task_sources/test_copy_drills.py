@@ -13,8 +13,8 @@ from engines.env.task_sources.copy_drills import (
     NamePool,
     copy_drills,
     drill_statement,
-    installed_code,
     installed_files,
+    installed_pool,
     installed_sample,
 )
 from engines.env.task_sources.renamed_demos import hinted_names
@@ -67,7 +67,7 @@ def test_a_hint_drill_is_the_hint_line_alone_and_a_short_one_a_single_failure_be
 
 
 def test_the_installed_code_gives_too_many_names_to_recall() -> None:
-    pool = NamePool(installed_code())  # the standard library and site-packages, tests left out
+    pool = installed_pool()  # the standard library and site-packages, tests left out
     assert len(pool.functions) > 20_000 and len(pool.classes) > 5_000
     assert not any(f.startswith("test") for f in pool.functions)
     drills = copy_drills(500, seed=0)
@@ -86,7 +86,7 @@ def test_a_sample_of_the_installed_code_is_whole_files_drawn_by_seed_up_to_its_s
 
 
 def test_statements_hold_failures_and_output_of_real_code_up_to_the_builders_cut() -> None:
-    pool = NamePool(installed_code())
+    pool = installed_pool()
     rng = random.Random(0)
     hint = "The bug is in Schema.validate of voluptuous/schema_builder.py."
     statements = [drill_statement(pool, rng, "voluptuous", "schema_builder", "validate", hint) for _ in range(200)]
