@@ -286,6 +286,7 @@ def secondary_node_command(cfg: InferenceConfig, python: str, start_rank: int) -
         )
     argv = [python, "-m", "vllm.entrypoints.cli.main", "serve", str(Path(cfg.model_dir).resolve()), "--headless"]
     argv += ["--max-model-len", str(cfg.max_model_len), "--dtype", cfg.dtype]
+    argv += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gb * 2**30))]  # as the head's engines
     if cfg.enforce_eager:
         argv.append("--enforce-eager")
     return argv + cluster_flags(c, start_rank) + list(c.extra_server_args)

@@ -153,6 +153,8 @@ def test_wide_expert_parallel_across_nodes() -> None:
         assert flag in head
     second = launch.secondary_node_command(cfg, "py", start_rank=8)
     assert "--headless" in second and second[second.index("--data-parallel-start-rank") + 1] == "8"
+    kv = "--kv-cache-memory-bytes"  # every node's engines hold the KV cache the head's do
+    assert second[second.index(kv) + 1] == head.split()[head.split().index(kv) + 1] == str(2**30)
     with pytest.raises(ValueError, match="multiple of data_parallel_size_local"):
         launch.secondary_node_command(cfg, "py", start_rank=3)
     with pytest.raises(launch.UnsupportedOption, match="data parallel across nodes.*leave data_parallel_size_local"):
