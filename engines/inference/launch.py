@@ -171,11 +171,16 @@ def server_command(
             argv += ["--distributed-executor-backend", "uni"]
     # In bytes on both builds: the CPU build's VLLM_CPU_KVCACHE_SPACE takes whole GB only
     # (0.5 became 1), and vLLM zeroes the whole cache before the server is ready.
-    argv += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gb * 2**30))]
+    argv += kv_cache_flag(cfg)
     argv += cluster_flags(c)
     if kv_role is not None and c.disaggregation is not None:
         argv += ["--kv-transfer-config", json.dumps(kv_transfer_config(c.disaggregation, kv_role, kv_path))]
     return argv + list(c.extra_server_args)
+
+
+def kv_cache_flag(cfg: InferenceConfig) -> list[str]:
+    """`inference.kv_cache_gb` as vLLM's byte flag, which both builds read."""
+    return ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gb * 2**30))]
 
 
 def server_environment(cfg: InferenceConfig, cpu_build: bool, index: int = 0) -> dict[str, str]:
@@ -286,7 +291,7 @@ def secondary_node_command(cfg: InferenceConfig, python: str, start_rank: int) -
         )
     argv = [python, "-m", "vllm.entrypoints.cli.main", "serve", str(Path(cfg.model_dir).resolve()), "--headless"]
     argv += ["--max-model-len", str(cfg.max_model_len), "--dtype", cfg.dtype]
-    argv += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gb * 2**30))]  # as the head's engines
+    argv += kv_cache_flag(cfg)  # as the head's engines
     if cfg.enforce_eager:
         argv.append("--enforce-eager")
     return argv + cluster_flags(c, start_rank) + list(c.extra_server_args)

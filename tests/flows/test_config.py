@@ -1,6 +1,8 @@
 """A run configuration that cannot work is refused before anything starts, naming the key."""
 
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -172,9 +174,6 @@ def test_the_curriculum_reaches_the_rollout_lane():
 def test_reading_a_run_configuration_imports_neither_torch_nor_transformers() -> None:
     """Every `tandem` command and flow process reads one; torch and transformers cost about
     5 CPU-seconds to import (7.7 s for `tandem run --help` when they were imported here)."""
-    import subprocess
-    import sys
-
     probe = "import sys, flows.config; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout

@@ -121,7 +121,7 @@ def test_a_deployed_lane_ends_once_its_rl_flows_process_is_sigkilled(
     text = log.read_text(errors="replace")
     assert "ending this lane: its rl flow's lease on tandem-run:orphan ran out" in text, text[-3000:]
     # Not before the lease could lapse: the rl flow renews it every 3/4 of SLOT_LEASE_S, so
-    # at the kill between a quarter and all of it is left (45 s after the kill was seen).
+    # at the kill between a quarter and all of it is left (a lane once ended 45 s after it).
     assert ended_after >= SLOT_LEASE_S / 4
 
 
